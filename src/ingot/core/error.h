@@ -1,0 +1,28 @@
+// Errors. Every user-facing failure throws ingot::Error with a message that names the file, key or
+// value at fault; the CLI prints it and exits non-zero. INGOT_CHECK is for invariants the caller
+// can break (bad shapes, bad input); internal bugs use assert.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include <sstream>
+
+namespace ingot {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw Error(message.str());
+}
+
+}  // namespace ingot
+
+#define INGOT_CHECK(condition, ...)                 \
+  do {                                              \
+    if (!(condition)) ::ingot::fail(__VA_ARGS__);   \
+  } while (0)

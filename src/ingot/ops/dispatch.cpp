@@ -1,0 +1,112 @@
+// Routes each op to its backend by ctx.device. The only place that knows both backends exist.
+#include "ingot/ops/ops.h"
+
+#include "ingot/ops/cpu/cpu_ops.h"
+#ifdef INGOT_HAVE_CUDA
+#include "ingot/ops/cuda/cuda_ops.h"
+#endif
+
+namespace ingot::ops {
+
+#ifdef INGOT_HAVE_CUDA
+#define INGOT_DISPATCH(op, ...) \
+  return ctx.device == Device::cuda ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__)
+#else
+#define INGOT_DISPATCH(op, ...)                                                         \
+  do {                                                                                  \
+    if (ctx.device == Device::cuda) fail(#op ": this build of Ingot has no CUDA backend"); \
+    return cpu::op(__VA_ARGS__);                                                        \
+  } while (0)
+#endif
+
+void zero(Context& ctx, Tensor x) {
+  INGOT_DISPATCH(zero, ctx, x);
+}
+
+void copy(Context& ctx, Tensor dst, Tensor src) {
+  INGOT_DISPATCH(copy, ctx, dst, src);
+}
+
+void add_inplace(Context& ctx, Tensor x, Tensor y) {
+  INGOT_DISPATCH(add_inplace, ctx, x, y);
+}
+
+void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
+  INGOT_DISPATCH(embedding_forward, ctx, out, ids, table);
+}
+
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
+  INGOT_DISPATCH(embedding_backward, ctx, dtable, dout, ids);
+}
+
+void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {
+  INGOT_DISPATCH(rmsnorm_forward, ctx, out, rstd, in, weight, eps);
+}
+
+void rmsnorm_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dout, Tensor in,
+                      Tensor weight, Tensor rstd) {
+  INGOT_DISPATCH(rmsnorm_backward, ctx, din, dweight, dout, in, weight, rstd);
+}
+
+void qk_norm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor q_weight,
+                     Tensor k_weight, int n_q_heads, int n_kv_heads, double eps) {
+  INGOT_DISPATCH(qk_norm_forward, ctx, out, rstd, in, q_weight, k_weight, n_q_heads, n_kv_heads, eps);
+}
+
+void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
+                      Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd, int n_q_heads,
+                      int n_kv_heads) {
+  INGOT_DISPATCH(qk_norm_backward, ctx, din, dq_weight, dk_weight, dout, in, q_weight, k_weight, rstd, n_q_heads, n_kv_heads);
+}
+
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias) {
+  INGOT_DISPATCH(linear_forward, ctx, out, in, weight, bias);
+}
+
+void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                     Tensor in, Tensor weight) {
+  INGOT_DISPATCH(linear_backward, ctx, din, dweight, dbias, dout, in, weight);
+}
+
+void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads) {
+  INGOT_DISPATCH(rope_forward, ctx, x, positions, inv_freq, rotated_heads);
+}
+
+void rope_backward(Context& ctx, Tensor dx, Tensor positions, Tensor inv_freq, int rotated_heads) {
+  INGOT_DISPATCH(rope_backward, ctx, dx, positions, inv_freq, rotated_heads);
+}
+
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
+                       int n_q_heads, int n_kv_heads, double scale) {
+  INGOT_DISPATCH(attention_forward, ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale);
+}
+
+void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                        Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
+                        double scale) {
+  INGOT_DISPATCH(attention_backward, ctx, dqkv, dout, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale);
+}
+
+void swiglu_forward(Context& ctx, Tensor out, Tensor gate_up) {
+  INGOT_DISPATCH(swiglu_forward, ctx, out, gate_up);
+}
+
+void swiglu_backward(Context& ctx, Tensor dgate_up, Tensor dout, Tensor gate_up) {
+  INGOT_DISPATCH(swiglu_backward, ctx, dgate_up, dout, gate_up);
+}
+
+void cross_entropy(Context& ctx, Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
+                   double dloss_scale) {
+  INGOT_DISPATCH(cross_entropy, ctx, losses, dlogits, logits, targets, dloss_scale);
+}
+
+void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
+                  const AdamWHyper& hyper) {
+  INGOT_DISPATCH(adamw_update, ctx, param, grad, m, v, master, hyper);
+}
+
+double sum_squares(Context& ctx, Tensor x) {
+  INGOT_DISPATCH(sum_squares, ctx, x);
+}
+
+}  // namespace ingot::ops

@@ -1,0 +1,116 @@
+// Every op Ingot's model code calls, declared once and device-agnostic. Each call dispatches on
+// ctx.device to ops/cpu/<op>.cpp or ops/cuda/<op>.cu; model code never branches on the backend.
+//
+// Conventions (invariants every backend keeps):
+//   - Shapes are in the comments. N = tokens (B*T), C = hidden, V = vocab, F = MLP width,
+//     Hq/Hkv = query/key-value heads, D = head dim, Htot = Hq + 2*Hkv, R = rows.
+//   - Float tensors: f32 or f64 on the CPU (all operands of one call share a dtype); on CUDA,
+//     activations and weights are bf16 unless a comment says otherwise.
+//   - "Statistics" tensors (rstd, lse, per-token losses) use compute_dtype(x.dtype): f32 for
+//     bf16/f16 inputs, otherwise the input dtype.
+//   - Parameter gradients (dweight, dbias, dtable) ACCUMULATE (+=) so that gradient accumulation
+//     over micro-batches needs no extra pass; the trainer zeroes them once per optimizer step.
+//   - Activation gradients OVERWRITE, except where marked "accumulates" (residual-stream grads).
+//   - Ids, targets, positions and segment ids are i32. A target of kIgnoreIndex contributes no
+//     loss and no gradient.
+//   - An optional tensor is absent when its data is nullptr.
+#pragma once
+#include <cstdint>
+
+#include "ingot/core/context.h"
+#include "ingot/core/tensor.h"
+
+namespace ingot::ops {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+constexpr DType compute_dtype(DType t) {
+  return (t == DType::bf16 || t == DType::f16) ? DType::f32 : t;
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+void zero(Context& ctx, Tensor x);                      // x = 0
+void copy(Context& ctx, Tensor dst, Tensor src);        // same numel, same device; converts dtype
+void add_inplace(Context& ctx, Tensor x, Tensor y);     // x (n) += y (n)
+
+// ---- embedding ----------------------------------------------------------------------------------
+// out (N,C) = table (V,C) [ids (N)]
+void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table);
+// dtable (V,C) += scatter of dout (N,C) by ids (N). Deterministic: rows summed in token order.
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids);
+
+// ---- RMSNorm ------------------------------------------------------------------------------------
+// out (R,C) = in (R,C) * rstd * weight (C),  rstd (R) = 1/sqrt(mean(in^2) + eps)
+void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps);
+// din (R,C) accumulates; dweight (C) accumulates. rstd as saved by the forward.
+void rmsnorm_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dout, Tensor in,
+                      Tensor weight, Tensor rstd);
+
+// ---- Qwen3 per-head q/k RMSNorm over packed qkv ----------------------------------------------
+// in, out (N,Htot,D): heads [0,Hq) normed with q_weight (D), heads [Hq,Hq+Hkv) with k_weight (D),
+// v heads copied through. rstd (N, Hq+Hkv).
+void qk_norm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor q_weight,
+                     Tensor k_weight, int n_q_heads, int n_kv_heads, double eps);
+// din (N,Htot,D) overwrite (v heads: din = dout); dq_weight, dk_weight (D) accumulate.
+void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
+                      Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd, int n_q_heads,
+                      int n_kv_heads);
+
+// ---- linear -------------------------------------------------------------------------------------
+// out (N,O) = in (N,I) @ weight (O,I)^T + bias (O, optional). Weight layout is Hugging Face's.
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias);
+// din (N,I) = dout @ weight (overwrite; optional); dweight (O,I) += dout^T @ in;
+// dbias (O) += column sums of dout (optional).
+void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
+                     Tensor in, Tensor weight);
+
+// ---- rotary position embedding (Hugging Face "rotate half" layout) -----------------------------
+// x (N,Htot,D) in place; heads [0, rotated_heads) rotated, the rest untouched.
+// angle(n, i) = positions[n] * inv_freq[i], i < D/2; inv_freq (D/2) in compute dtype.
+// (x_i, x_{i+D/2}) -> (x_i cos - x_{i+D/2} sin, x_{i+D/2} cos + x_i sin)
+void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads);
+// The inverse rotation applied in place to dx (N,Htot,D).
+void rope_backward(Context& ctx, Tensor dx, Tensor positions, Tensor inv_freq, int rotated_heads);
+
+// ---- causal grouped-query attention ------------------------------------------------------------
+// qkv (B,T,Htot,D): q heads [0,Hq), k heads [Hq,Hq+Hkv), v heads [Hq+Hkv,Htot); query head h
+// uses kv head h / (Hq/Hkv). out (B,T,Hq,D); lse (B,Hq,T) log-sum-exp of the scaled scores.
+// Token i attends to j iff j <= i and, when segment_ids (B,T) is present, segment_ids equal
+// (document masking for packed sequences).
+void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
+                       int n_q_heads, int n_kv_heads, double scale);
+// dqkv (B,T,Htot,D) overwrite.
+void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                        Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
+                        double scale);
+
+// ---- SwiGLU -------------------------------------------------------------------------------------
+// gate_up (N,2F) = [gate | up]; out (N,F) = silu(gate) * up
+void swiglu_forward(Context& ctx, Tensor out, Tensor gate_up);
+// dgate_up (N,2F) overwrite.
+void swiglu_backward(Context& ctx, Tensor dgate_up, Tensor dout, Tensor gate_up);
+
+// ---- cross-entropy ------------------------------------------------------------------------------
+// losses (N) = logsumexp(logits[n]) - logits[n, targets[n]]  (0 where target is ignored).
+// When dlogits (N,V) is present: dlogits = (softmax(logits) - onehot(target)) * dloss_scale,
+// rows of ignored targets zeroed. dlogits may alias logits.
+void cross_entropy(Context& ctx, Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
+                   double dloss_scale);
+
+// ---- optimizer ----------------------------------------------------------------------------------
+struct AdamWHyper {
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t step = 1;          // 1-based, for bias correction
+  double grad_scale = 1.0;   // multiplies the gradient first (global-norm clipping factor)
+};
+// torch.optim.AdamW semantics (decoupled decay, bias-corrected):
+//   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+// param (n); grad (n); m, v (n) in compute dtype. When master (n, f32) is present the update is
+// applied to master and param receives its rounded copy.
+void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
+                  const AdamWHyper& hyper);
+// Returns sum(x^2) accumulated in double (host value; CUDA backends use their own async path).
+double sum_squares(Context& ctx, Tensor x);
+
+}  // namespace ingot::ops

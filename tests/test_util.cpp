@@ -1,0 +1,56 @@
+#include "test_util.h"
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <sys/wait.h>
+
+namespace ingot::test {
+
+template <typename T>
+static double relative_error_impl(const T* a, const T* b, int64_t n) {
+  double diff = 0, ref = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+    if (std::isnan(x) || std::isnan(y)) return std::numeric_limits<double>::infinity();
+    diff += (x - y) * (x - y);
+    ref += y * y;
+  }
+  if (ref == 0) return std::sqrt(diff);
+  return std::sqrt(diff / ref);
+}
+
+double relative_error(const double* a, const double* b, int64_t n) { return relative_error_impl(a, b, n); }
+double relative_error(const float* a, const float* b, int64_t n) { return relative_error_impl(a, b, n); }
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  return relative_error_impl(a.data(), b.data(), static_cast<int64_t>(a.size()));
+}
+
+std::string source_dir() { return INGOT_SOURCE_DIR; }
+std::string binary_path() { return INGOT_BINARY; }
+
+std::string temp_dir(const std::string& name) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::current_path() / "test_tmp" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+int run_command(const std::string& command, std::string* output) {
+  std::string full = command + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buffer;
+  std::string text;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) text.append(buffer.data(), n);
+  int status = pclose(pipe);
+  if (output) *output = text;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace ingot::test

@@ -1,0 +1,46 @@
+// Shared helpers for Ingot's tests: random tensors, norm-wise relative error, paths.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ingot/core/tensor.h"
+
+namespace ingot::test {
+
+// ||a - b|| / ||b|| over n elements; returns +inf if either side holds a NaN.
+double relative_error(const double* a, const double* b, int64_t n);
+double relative_error(const float* a, const float* b, int64_t n);
+double relative_error(const std::vector<double>& a, const std::vector<double>& b);
+
+// Owning host buffer plus a Tensor view of it.
+template <typename T>
+struct HostTensor {
+  std::vector<T> storage;
+  Tensor tensor;
+  HostTensor(DType dtype, std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    storage.assign(static_cast<size_t>(n), T{});
+    tensor = Tensor(storage.data(), dtype, Device::cpu, dims);
+  }
+  T* data() { return storage.data(); }
+  int64_t size() const { return static_cast<int64_t>(storage.size()); }
+};
+
+template <typename T>
+void fill_normal(std::vector<T>& v, uint64_t seed, double stddev = 1.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, stddev);
+  for (auto& x : v) x = static_cast<T>(dist(rng));
+}
+
+std::string source_dir();      // repository root
+std::string binary_path();     // the built `ingot` CLI
+std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree
+
+// Runs a shell command; returns its exit status and captures stdout+stderr into *output.
+int run_command(const std::string& command, std::string* output);
+
+}  // namespace ingot::test
