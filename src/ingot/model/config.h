@@ -1,0 +1,53 @@
+// ModelConfig: the architecture, read from a Hugging Face config.json. Invariant after
+// load_model_config(): every field is validated and consistent (head counts divide, dims > 0);
+// anything Ingot does not support is rejected there with an error naming the key and value.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace ingot {
+
+enum class Architecture { llama, qwen2, qwen3 };
+
+struct RopeScaling {             // rope_scaling of type "llama3"; absent when !enabled
+  bool enabled = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  Architecture architecture = Architecture::llama;
+  std::string model_type = "llama";   // as in config.json
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;             // C
+  int64_t intermediate_size = 0;       // F
+  int64_t num_hidden_layers = 0;       // L
+  int64_t num_attention_heads = 0;     // Hq
+  int64_t num_key_value_heads = 0;     // Hkv (defaults to Hq)
+  int64_t head_dim = 0;                // D (defaults to C / Hq)
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;         // q/k/v biases (always true for qwen2)
+  bool qk_norm = false;                // per-head RMSNorm on q and k (qwen3)
+  double initializer_range = 0.02;     // std of the normal init when training from scratch
+  int64_t bos_token_id = -1, eos_token_id = -1;  // -1: not set
+  std::string torch_dtype = "bfloat16";          // recorded for export
+};
+
+// Reads and validates MODEL_DIR/config.json (or a path to the json itself).
+ModelConfig load_model_config(const std::string& path);
+// Parses config.json text; `source` names the file in error messages.
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+// Serialises to a config.json that transformers loads back into the same architecture.
+std::string model_config_to_json(const ModelConfig& config);
+
+// Counts for `ingot info` and the MFU formula.
+int64_t count_parameters(const ModelConfig& config);            // all trainable parameters
+int64_t count_matmul_parameters(const ModelConfig& config);     // weights entering a matmul, LM head in, input embedding out
+
+}  // namespace ingot
