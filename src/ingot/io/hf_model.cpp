@@ -1,0 +1,95 @@
+#include "ingot/io/hf_model.h"
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "ingot/core/arena.h"
+#include "ingot/core/error.h"
+#include "ingot/io/safetensors.h"
+
+namespace ingot::io {
+
+namespace fs = std::filesystem;
+
+void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
+                     Tensor flat_weights) {
+  const SafeTensorsReader reader = SafeTensorsReader::open(path);
+  // Stage one parameter at a time on the host in the target dtype (bf16 weights are converted
+  // straight from the file's dtype, never through a lossy intermediate).
+  for (const ParamEntry& e : entries) {
+    const Tensor device_view = param_view(flat_weights, e);
+    std::vector<char> host(static_cast<size_t>(device_view.bytes()));
+    Tensor host_view = device_view;
+    host_view.data = host.data();
+    host_view.device = Device::cpu;
+    const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
+    for (const HfPiece& piece : e.pieces) {
+      Tensor rows = host_view.slice_rows(piece.row_begin, piece.row_end);
+      if (e.shape.size() == 1) rows = rows.view({piece.row_end - piece.row_begin});
+      else rows = rows.view({piece.row_end - piece.row_begin, cols});
+      if (!reader.contains(piece.hf_name))
+        fail("missing tensor \"", piece.hf_name, "\" in ", path, " (needed by config.json's architecture)");
+      reader.read_into(piece.hf_name, rows);
+    }
+    copy_from_host(ctx, device_view, host.data());
+  }
+}
+
+void save_hf_model(const std::string& dir, const ModelConfig& config, const std::vector<ParamEntry>& entries,
+                   Tensor host_flat_weights, DType dtype_on_disk, int64_t max_shard_bytes) {
+  INGOT_CHECK(host_flat_weights.device == Device::cpu, "save_hf_model needs host weights");
+  fs::create_directories(dir);
+  std::vector<TensorToWrite> tensors;
+  for (const ParamEntry& e : entries) {
+    const Tensor view = param_view(host_flat_weights, e);
+    const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
+    for (const HfPiece& piece : e.pieces) {
+      Tensor rows = view.slice_rows(piece.row_begin, piece.row_end);
+      rows = e.shape.size() == 1 ? rows.view({piece.row_end - piece.row_begin})
+                                 : rows.view({piece.row_end - piece.row_begin, cols});
+      tensors.push_back({piece.hf_name, rows, dtype_on_disk});
+    }
+  }
+  write_safetensors_sharded(dir, tensors, max_shard_bytes);
+  ModelConfig out = config;
+  out.torch_dtype = dtype_on_disk == DType::bf16 ? "bfloat16" : dtype_on_disk == DType::f16 ? "float16" : "float32";
+  const std::string final_path = (fs::path(dir) / "config.json").string();
+  const std::string tmp_path = final_path + ".tmp-" + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp_path);
+    INGOT_CHECK(f.good(), "cannot write ", tmp_path);
+    f << model_config_to_json(out);
+    INGOT_CHECK(f.good(), "failed writing ", tmp_path);
+  }
+  fs::rename(tmp_path, final_path);
+}
+
+int64_t parse_byte_size(const std::string& text) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  INGOT_CHECK(i > 0, "invalid size \"", text, "\" (expected e.g. 5GB, 500MB or a byte count)");
+  const double number = std::stod(text.substr(0, i));
+  std::string unit = text.substr(i);
+  for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  double multiplier = 1;
+  if (unit.empty() || unit == "B") multiplier = 1;
+  else if (unit == "KB") multiplier = 1e3;
+  else if (unit == "MB") multiplier = 1e6;
+  else if (unit == "GB") multiplier = 1e9;
+  else if (unit == "KIB") multiplier = 1024.0;
+  else if (unit == "MIB") multiplier = 1024.0 * 1024;
+  else if (unit == "GIB") multiplier = 1024.0 * 1024 * 1024;
+  else fail("invalid size unit in \"", text, "\" (use B, KB, MB, GB, KiB, MiB or GiB)");
+  return static_cast<int64_t>(number * multiplier);
+}
+
+DType parse_disk_dtype(const std::string& text) {
+  if (text == "bf16" || text == "bfloat16") return DType::bf16;
+  if (text == "f16" || text == "float16" || text == "fp16") return DType::f16;
+  if (text == "f32" || text == "float32" || text == "fp32") return DType::f32;
+  fail("unsupported dtype \"", text, "\" for export; use bf16, f16 or f32");
+}
+
+}  // namespace ingot::io

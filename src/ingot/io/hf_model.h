@@ -1,0 +1,29 @@
+// Hugging Face model directories in and out: config.json + safetensors by HF tensor names, mapped
+// onto Ingot's flat parameter buffer through ParamEntry::pieces.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "ingot/core/context.h"
+#include "ingot/model/config.h"
+#include "ingot/model/parameters.h"
+
+namespace ingot::io {
+
+// Reads every parameter of `entries` from the safetensors at `path` (file or directory) into the
+// flat weights buffer (any device), converting dtype. A missing tensor or a shape that disagrees
+// with config.json is an error naming the tensor, the file and both shapes.
+void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
+                     Tensor flat_weights);
+
+// Writes DIR/config.json and DIR/model*.safetensors (sharded above max_shard_bytes) from a host
+// flat buffer (f32 or f64), stored on disk as `dtype_on_disk`. Files are written under temporary
+// names and renamed; DIR is created if missing.
+void save_hf_model(const std::string& dir, const ModelConfig& config, const std::vector<ParamEntry>& entries,
+                   Tensor host_flat_weights, DType dtype_on_disk, int64_t max_shard_bytes);
+
+// "5GB", "500MB", "2GiB", or a plain byte count.
+int64_t parse_byte_size(const std::string& text);
+DType parse_disk_dtype(const std::string& text);   // "bf16"|"bfloat16", "f16"|"float16", "f32"|"float32"
+
+}  // namespace ingot::io

@@ -1,0 +1,333 @@
+#include "ingot/model/transformer.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "ingot/core/error.h"
+#include "ingot/core/rng.h"
+#include "ingot/ops/ops.h"
+
+namespace ingot {
+
+std::vector<double> rope_inverse_frequencies(const ModelConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<double> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i)
+    inv_freq[i] = 1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+  if (!c.rope_scaling.enabled) return inv_freq;
+  // llama3: long wavelengths are slowed by `factor`, short ones kept, the band between blended.
+  const RopeScaling& s = c.rope_scaling;
+  const double original = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = original / s.low_freq_factor;
+  const double high_freq_wavelen = original / s.high_freq_factor;
+  for (double& f : inv_freq) {
+    const double wavelen = 2.0 * M_PI / f;
+    if (wavelen > low_freq_wavelen) {
+      f = f / s.factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const double smooth = (original / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = (1.0 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+  return inv_freq;
+}
+
+// Saved activations of one micro-batch (N = B*T tokens) and the backward's scratch.
+struct Transformer::Activations {
+  struct Layer {
+    Tensor ln1, rstd1;        // (N,C), (N)     input RMSNorm
+    Tensor qkv_raw;           // (N,Htot,D)     projection output, before qk-norm (qwen3 only)
+    Tensor qkv, qk_rstd;      // (N,Htot,D)     after qk-norm and RoPE; (N,Hq+Hkv)
+    Tensor attn, lse;         // (N,Hq*D), (B,Hq,T)
+    Tensor ln2, rstd2;        // (N,C), (N)     post-attention RMSNorm
+    Tensor gate_up, hidden;   // (N,2F), (N,F)
+  };
+  Tensor input_ids, targets, positions, segment_ids;  // (N) i32; segment_ids absent unless packed
+  Tensor inv_freq;                                    // (D/2)
+  std::vector<Tensor> residual;                       // 2L+1 of (N,C): layer input, after attention, ...
+  std::vector<Layer> layers;
+  Tensor lnf, rstdf;                                  // (N,C), (N)
+  Tensor logits;                                      // (chunk,V), reused per chunk; dlogits in place
+  Tensor losses;                                      // (N)
+  Tensor proj_out;                                    // (N,C) o_proj / down_proj output before the add
+  // backward scratch
+  Tensor dresidual, dnormed;                          // (N,C)
+  Tensor dqkv, dqkv_raw;                              // (N,Htot,D)
+  Tensor dattn;                                       // (N,Hq*D)
+  Tensor dgate_up, dhidden;                           // (N,2F), (N,F)
+  bool packed = false;
+};
+
+static int64_t auto_chunk(int64_t tokens, int64_t vocab) {
+  // Bound the logits buffer to ~64M elements so a 150k vocabulary never holds (N,V) at once.
+  const int64_t limit = std::max<int64_t>(1, (int64_t{64} << 20) / vocab);
+  return std::min(tokens, limit);
+}
+
+Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Context& ctx,
+                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens)
+    : config_(config), recipe_(recipe), ctx_(ctx), B_(micro_batch), T_(seq_len) {
+  INGOT_CHECK(B_ > 0 && T_ > 0, "micro_batch_size and sequence_len must be positive (got ", B_, ", ", T_, ")");
+  chunk_ = logits_chunk_tokens > 0 ? std::min(logits_chunk_tokens, B_ * T_) : auto_chunk(B_ * T_, config.vocab_size);
+  entries_ = plan_parameters(config_);
+  const int64_t P = total_numel(entries_);
+  param_arena_ = std::make_unique<Arena>("params", ctx.device);
+  grad_arena_ = std::make_unique<Arena>("grads", ctx.device);
+  activation_arena_ = std::make_unique<Arena>("activations", ctx.device);
+  param_arena_->reserve(P * dtype_size(recipe_.param) + Arena::kAlignment);
+  grad_arena_->reserve(P * dtype_size(recipe_.grad) + Arena::kAlignment);
+  weights_ = param_arena_->allocate(recipe_.param, {P});
+  grads_ = grad_arena_->allocate(recipe_.grad, {P});
+  params_ = bind_params(config_, entries_, weights_);
+  param_grads_ = bind_params(config_, entries_, grads_);
+  ops::zero(ctx_, grads_);
+
+  Arena measuring("activations", ctx.device);
+  plan_activations(config_, recipe_, chunk_, measuring, B_, T_);
+  activation_arena_->reserve(measuring.used());
+  bind_activations(B_, T_);
+  active_tokens_ = B_ * T_;
+}
+
+Transformer::~Transformer() = default;
+
+std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
+    const ModelConfig& c, const Recipe& recipe, int64_t chunk, Arena& a, int64_t B, int64_t T) {
+  const int64_t N = B * T, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Htot = Hq + 2 * Hkv;
+  const DType act = recipe.activation, stat = ops::compute_dtype(act);
+  a.reset();
+  auto acts = std::make_unique<Activations>();
+  Activations& s = *acts;
+  s.input_ids = a.allocate(DType::i32, {N});
+  s.targets = a.allocate(DType::i32, {N});
+  s.positions = a.allocate(DType::i32, {N});
+  s.segment_ids = a.allocate(DType::i32, {B, T});
+  s.inv_freq = a.allocate(stat, {D / 2});
+  for (int64_t i = 0; i < 2 * c.num_hidden_layers + 1; ++i) s.residual.push_back(a.allocate(act, {N, C}));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    Activations::Layer L;
+    L.ln1 = a.allocate(act, {N, C});
+    L.rstd1 = a.allocate(stat, {N});
+    L.qkv = a.allocate(act, {N, Htot, D});
+    if (c.qk_norm) {
+      L.qkv_raw = a.allocate(act, {N, Htot, D});
+      L.qk_rstd = a.allocate(stat, {N, Hq + Hkv});
+    } else {
+      L.qkv_raw = L.qkv;
+    }
+    L.attn = a.allocate(act, {N, Hq * D});
+    L.lse = a.allocate(stat, {B, Hq, T});
+    L.ln2 = a.allocate(act, {N, C});
+    L.rstd2 = a.allocate(stat, {N});
+    L.gate_up = a.allocate(act, {N, 2 * F});
+    L.hidden = a.allocate(act, {N, F});
+    s.layers.push_back(L);
+  }
+  s.lnf = a.allocate(act, {N, C});
+  s.rstdf = a.allocate(stat, {N});
+  s.logits = a.allocate(act, {std::min(chunk, N), c.vocab_size});
+  s.losses = a.allocate(stat, {N});
+  s.proj_out = a.allocate(act, {N, C});
+  s.dresidual = a.allocate(act, {N, C});
+  s.dnormed = a.allocate(act, {N, C});
+  s.dqkv = a.allocate(act, {N, Htot, D});
+  s.dqkv_raw = c.qk_norm ? a.allocate(act, {N, Htot, D}) : s.dqkv;
+  s.dattn = a.allocate(act, {N, Hq * D});
+  s.dgate_up = a.allocate(act, {N, 2 * F});
+  s.dhidden = a.allocate(act, {N, F});
+  return acts;
+}
+
+void Transformer::bind_activations(int64_t B, int64_t T) {
+  acts_ = plan_activations(config_, recipe_, chunk_, *activation_arena_, B, T);
+  // inv_freq is constant: converted from float64 on the host.
+  const std::vector<double> inv = rope_inverse_frequencies(config_);
+  const std::vector<float> inv_f(inv.begin(), inv.end());
+  if (acts_->inv_freq.dtype == DType::f64) copy_from_host(ctx_, acts_->inv_freq, inv.data());
+  else copy_from_host(ctx_, acts_->inv_freq, inv_f.data());
+}
+
+Transformer::MemoryUse Transformer::estimate_memory(const ModelConfig& config, const Recipe& recipe,
+                                                    int64_t micro_batch, int64_t seq_len, int64_t chunk) {
+  if (chunk <= 0) chunk = auto_chunk(micro_batch * seq_len, config.vocab_size);
+  const int64_t P = total_numel(plan_parameters(config));
+  Arena measuring("activations", Device::cpu);
+  plan_activations(config, recipe, chunk, measuring, micro_batch, seq_len);
+  return {P * dtype_size(recipe.param), P * dtype_size(recipe.grad), measuring.used()};
+}
+
+void Transformer::init_random(uint64_t seed) {
+  const int64_t P = total_numel(entries_);
+  std::vector<float> host(static_cast<size_t>(P), 0.0f);
+  std::vector<double> host64;
+  const bool f64 = recipe_.param == DType::f64;
+  if (f64) host64.assign(static_cast<size_t>(P), 0.0);
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const ParamEntry& e = entries_[i];
+    for (int64_t j = 0; j < e.numel; ++j) {
+      double v = 0.0;
+      if (e.init == ParamInit::ones) v = 1.0;
+      else if (e.init == ParamInit::normal) v = config_.initializer_range * normal01(seed, i, static_cast<uint64_t>(j));
+      if (f64) host64[e.offset + j] = v;
+      else host[e.offset + j] = static_cast<float>(v);
+    }
+  }
+  if (f64) {
+    copy_from_host(ctx_, weights_, host64.data());
+    return;
+  }
+  if (recipe_.param == DType::f32) {
+    copy_from_host(ctx_, weights_, host.data());
+    return;
+  }
+  std::vector<uint16_t> host16(host.size());
+  for (size_t i = 0; i < host.size(); ++i) host16[i] = f32_to_bf16(host[i]);
+  copy_from_host(ctx_, weights_, host16.data());
+}
+
+void Transformer::load_batch(const HostBatch& batch, int64_t tokens) {
+  if (tokens < 0) tokens = B_ * T_;
+  INGOT_CHECK(tokens == B_ * T_ || (B_ == 1 && tokens > 0 && tokens <= T_),
+              "load_batch: ", tokens, " tokens do not fit micro-batch ", B_, " x ", T_);
+  if (tokens != active_tokens_) {
+    bind_activations(tokens == B_ * T_ ? B_ : 1, tokens == B_ * T_ ? T_ : tokens);
+    active_tokens_ = tokens;
+  }
+  Activations& s = *acts_;
+  copy_from_host(ctx_, s.input_ids, batch.input_ids);
+  if (batch.targets) copy_from_host(ctx_, s.targets, batch.targets);
+  copy_from_host(ctx_, s.positions, batch.positions);
+  s.packed = batch.segment_ids != nullptr;
+  if (s.packed) copy_from_host(ctx_, s.segment_ids, batch.segment_ids);
+}
+
+void Transformer::forward() {
+  const ModelConfig& c = config_;
+  Activations& s = *acts_;
+  const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const Tensor segments = s.packed ? s.segment_ids : Tensor();
+
+  ops::embedding_forward(ctx_, s.residual[0], s.input_ids, params_.embed);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const LayerParams& p = params_.layers[l];
+    Activations::Layer& L = s.layers[l];
+    const Tensor& x = s.residual[2 * l];
+    const Tensor& x_mid = s.residual[2 * l + 1];
+    const Tensor& x_out = s.residual[2 * l + 2];
+    // attention half: x_mid = x + o(attention(rope(qk_norm(qkv(rmsnorm(x))))))
+    ops::rmsnorm_forward(ctx_, L.ln1, L.rstd1, x, p.input_norm, c.rms_norm_eps);
+    ops::linear_forward(ctx_, L.qkv_raw.view({L.qkv_raw.dim(0), L.qkv_raw.dim(1) * L.qkv_raw.dim(2)}), L.ln1, p.qkv, p.qkv_bias);
+    if (c.qk_norm)
+      ops::qk_norm_forward(ctx_, L.qkv, L.qk_rstd, L.qkv_raw, p.q_norm, p.k_norm, Hq, Hkv, c.rms_norm_eps);
+    ops::rope_forward(ctx_, L.qkv, s.positions, s.inv_freq, Hq + Hkv);
+    const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
+    const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
+    ops::attention_forward(ctx_, attn4, L.lse, qkv4, segments, Hq, Hkv, scale);
+    ops::linear_forward(ctx_, s.proj_out, L.attn, p.o, Tensor());
+    ops::copy(ctx_, x_mid, x);
+    ops::add_inplace(ctx_, x_mid, s.proj_out);
+    // MLP half: x_out = x_mid + down(swiglu(gate_up(rmsnorm(x_mid))))
+    ops::rmsnorm_forward(ctx_, L.ln2, L.rstd2, x_mid, p.post_norm, c.rms_norm_eps);
+    ops::linear_forward(ctx_, L.gate_up, L.ln2, p.gate_up, Tensor());
+    ops::swiglu_forward(ctx_, L.hidden, L.gate_up);
+    ops::linear_forward(ctx_, s.proj_out, L.hidden, p.down, Tensor());
+    ops::copy(ctx_, x_out, x_mid);
+    ops::add_inplace(ctx_, x_out, s.proj_out);
+  }
+  ops::rmsnorm_forward(ctx_, s.lnf, s.rstdf, s.residual.back(), params_.final_norm, c.rms_norm_eps);
+}
+
+// LM head + cross-entropy, chunk by chunk so (N,V) logits never exist at once. With backward,
+// each chunk's dlogits (in place) immediately produce its share of d(lnf) and d(lm_head).
+double Transformer::head_loss(double dloss_scale, bool with_backward) {
+  Activations& s = *acts_;
+  const int64_t N = s.lnf.dim(0);
+  for (int64_t begin = 0; begin < N; begin += chunk_) {
+    const int64_t end = std::min(N, begin + chunk_);
+    const Tensor logits = s.logits.slice_rows(0, end - begin);
+    const Tensor lnf = s.lnf.slice_rows(begin, end);
+    ops::linear_forward(ctx_, logits, lnf, params_.lm_head, Tensor());
+    ops::cross_entropy(ctx_, s.losses.slice_rows(begin, end), with_backward ? logits : Tensor(), logits,
+                       s.targets.slice_rows(begin, end), dloss_scale);
+    if (with_backward)
+      ops::linear_backward(ctx_, s.dnormed.slice_rows(begin, end), param_grads_.lm_head, Tensor(), logits,
+                           lnf, params_.lm_head);
+  }
+  const std::vector<double> losses = to_host_doubles(ctx_, s.losses);
+  double sum = 0.0;
+  for (double v : losses) sum += v;  // fixed order: deterministic
+  return sum;
+}
+
+void Transformer::backward() {
+  const ModelConfig& c = config_;
+  Activations& s = *acts_;
+  const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const Tensor segments = s.packed ? s.segment_ids : Tensor();
+  // d(lnf) is in dnormed (from head_loss); dresidual accumulates the residual stream's gradient.
+  ops::zero(ctx_, s.dresidual);
+  ops::rmsnorm_backward(ctx_, s.dresidual, param_grads_.final_norm, s.dnormed, s.residual.back(),
+                        params_.final_norm, s.rstdf);
+  for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    const LayerParams& p = params_.layers[l];
+    const LayerParams& g = param_grads_.layers[l];
+    Activations::Layer& L = s.layers[l];
+    // MLP half (dresidual = d x_out, which is also d of the skip path into x_mid)
+    ops::linear_backward(ctx_, s.dhidden, g.down, Tensor(), s.dresidual, L.hidden, p.down);
+    ops::swiglu_backward(ctx_, s.dgate_up, s.dhidden, L.gate_up);
+    ops::linear_backward(ctx_, s.dnormed, g.gate_up, Tensor(), s.dgate_up, L.ln2, p.gate_up);
+    ops::rmsnorm_backward(ctx_, s.dresidual, g.post_norm, s.dnormed, s.residual[2 * l + 1], p.post_norm, L.rstd2);
+    // attention half (dresidual = d x_mid)
+    ops::linear_backward(ctx_, s.dattn, g.o, Tensor(), s.dresidual, L.attn, p.o);
+    const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
+    const Tensor dqkv4 = s.dqkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
+    const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
+    const Tensor dattn4 = s.dattn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
+    ops::attention_backward(ctx_, dqkv4, dattn4, attn4, L.lse, qkv4, segments, Hq, Hkv, scale);
+    ops::rope_backward(ctx_, s.dqkv, s.positions, s.inv_freq, Hq + Hkv);
+    if (c.qk_norm)
+      ops::qk_norm_backward(ctx_, s.dqkv_raw, g.q_norm, g.k_norm, s.dqkv, L.qkv_raw, p.q_norm, p.k_norm,
+                            L.qk_rstd, Hq, Hkv);
+    const Tensor dqkv2 = s.dqkv_raw.view({s.dqkv_raw.dim(0), s.dqkv_raw.dim(1) * s.dqkv_raw.dim(2)});
+    ops::linear_backward(ctx_, s.dnormed, g.qkv, g.qkv_bias, dqkv2, L.ln1, p.qkv);
+    ops::rmsnorm_backward(ctx_, s.dresidual, g.input_norm, s.dnormed, s.residual[2 * l], p.input_norm, L.rstd1);
+  }
+  ops::embedding_backward(ctx_, param_grads_.embed, s.dresidual, s.input_ids);
+}
+
+double Transformer::forward_backward(double dloss_scale) {
+  forward();
+  const double loss_sum = head_loss(dloss_scale, true);
+  backward();
+  return loss_sum;
+}
+
+double Transformer::forward_loss() {
+  forward();
+  return head_loss(0.0, false);
+}
+
+std::vector<double> Transformer::forward_logits() {
+  forward();
+  Activations& s = *acts_;
+  const int64_t N = s.lnf.dim(0), V = config_.vocab_size;
+  std::vector<double> all;
+  all.reserve(static_cast<size_t>(N * V));
+  for (int64_t begin = 0; begin < N; begin += chunk_) {
+    const int64_t end = std::min(N, begin + chunk_);
+    const Tensor logits = s.logits.slice_rows(0, end - begin);
+    ops::linear_forward(ctx_, logits, s.lnf.slice_rows(begin, end), params_.lm_head, Tensor());
+    const std::vector<double> part = to_host_doubles(ctx_, logits);
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+Transformer::MemoryUse Transformer::memory_use() const {
+  return {param_arena_->capacity(), grad_arena_->capacity(), activation_arena_->capacity()};
+}
+
+}  // namespace ingot

@@ -1,0 +1,89 @@
+// The decoder-only transformer (Llama / Qwen2 / Qwen3), with a hand-written forward and backward.
+// Invariants:
+//   - Shapes are fixed at construction (micro_batch B, seq_len T); every buffer comes from the
+//     arenas planned there. Shorter inputs (generation) run on views of the same buffers.
+//   - forward_backward() ACCUMULATES parameter gradients; the caller zeroes them per optimizer step.
+//   - The model never branches on the backend: it calls ops:: with tensors whose dtypes come
+//     from the Recipe.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ingot/core/arena.h"
+#include "ingot/core/context.h"
+#include "ingot/model/config.h"
+#include "ingot/model/parameters.h"
+#include "ingot/recipe/recipe.h"
+
+namespace ingot {
+
+// One micro-batch on the host, each array (B*T) row-major. segment_ids may be null (plain causal).
+struct HostBatch {
+  const int32_t* input_ids = nullptr;
+  const int32_t* targets = nullptr;     // ops::kIgnoreIndex where no loss is taken
+  const int32_t* positions = nullptr;
+  const int32_t* segment_ids = nullptr;
+};
+
+// Inverse RoPE frequencies (D/2) in float64, llama3 scaling applied when configured.
+std::vector<double> rope_inverse_frequencies(const ModelConfig& config);
+
+class Transformer {
+ public:
+  // logits_chunk_tokens: how many tokens' logits exist at once in the LM head + loss (0 = auto).
+  Transformer(const ModelConfig& config, const Recipe& recipe, Context& ctx, int64_t micro_batch,
+              int64_t seq_len, int64_t logits_chunk_tokens = 0);
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_len() const { return T_; }
+
+  Tensor weights() const { return weights_; }   // flat (P) in recipe.param
+  Tensor grads() const { return grads_; }       // flat (P) in recipe.grad
+  const ModelParams& params() const { return params_; }
+
+  // Seeded init following the Hugging Face convention: normal(0, initializer_range) for matrices
+  // and embeddings, ones for norms, zeros for biases.
+  void init_random(uint64_t seed);
+
+  // Copies a micro-batch (B*T each) to the device; tokens = B*T unless shorter (B must be 1 then).
+  void load_batch(const HostBatch& batch, int64_t tokens = -1);
+  // Forward and backward of the loaded micro-batch: grads += d(sum of losses * dloss_scale).
+  // Returns the sum of per-token losses (host read).
+  double forward_backward(double dloss_scale);
+  // Forward only; returns the sum of per-token losses.
+  double forward_loss();
+  // Forward only; writes logits (tokens, V) of the loaded batch to the host, as doubles.
+  std::vector<double> forward_logits();
+
+  // Bytes per arena category, for the start-up budget (params, grads, activations).
+  struct MemoryUse { int64_t params, grads, activations; };
+  MemoryUse memory_use() const;
+  static MemoryUse estimate_memory(const ModelConfig& config, const Recipe& recipe,
+                                   int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0);
+
+ private:
+  struct Activations;
+  static std::unique_ptr<Activations> plan_activations(const ModelConfig& config, const Recipe& recipe,
+                                                       int64_t chunk, Arena& arena, int64_t B, int64_t T);
+  void bind_activations(int64_t B, int64_t T);
+  void forward();
+  void backward();
+  double head_loss(double dloss_scale, bool with_backward);
+
+  ModelConfig config_;
+  Recipe recipe_;
+  Context& ctx_;
+  int64_t B_, T_, chunk_;
+  int64_t active_tokens_;
+  std::vector<ParamEntry> entries_;
+  std::unique_ptr<Arena> param_arena_, grad_arena_, activation_arena_;
+  Tensor weights_, grads_;
+  ModelParams params_, param_grads_;
+  std::unique_ptr<Activations> acts_;
+};
+
+}  // namespace ingot
