@@ -1,0 +1,256 @@
+#include "ingot/data/loader.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "ingot/core/error.h"
+
+namespace ingot::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Uniform integer in [0, bound) by rejection, so the result depends only on the mt19937_64
+// stream (std::uniform_int_distribution's algorithm is implementation-defined).
+uint64_t uniform_below(std::mt19937_64& rng, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound: values below it are biased
+  for (;;) {
+    const uint64_t r = rng();
+    if (r >= threshold) return r % bound;
+  }
+}
+
+std::string describe_files(const std::vector<std::string>& files) {
+  std::ostringstream s;
+  const size_t shown = std::min<size_t>(files.size(), 4);
+  for (size_t i = 0; i < shown; ++i) s << (i ? ", " : "") << files[i];
+  if (files.size() > shown) s << " and " << files.size() - shown << " more";
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& specs) {
+  INGOT_CHECK(!specs.empty(), "data: no shard paths given");
+  std::vector<std::string> files;
+  for (const std::string& spec : specs) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    if (spec.find_first_of("*?[") != std::string::npos) {
+      glob_t g{};
+      const int rc = ::glob(spec.c_str(), 0, nullptr, &g);
+      if (rc == 0)
+        for (size_t i = 0; i < g.gl_pathc; ++i)
+          if (fs::is_regular_file(g.gl_pathv[i], ec)) found.emplace_back(g.gl_pathv[i]);
+      ::globfree(&g);
+      INGOT_CHECK(!found.empty(), "data: no shard files match ", spec);
+    } else if (fs::is_directory(spec, ec)) {
+      for (const auto& entry : fs::directory_iterator(spec))
+        if (entry.path().extension() == ".bin" && entry.is_regular_file())
+          found.push_back(entry.path().string());
+      INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
+    } else {
+      INGOT_CHECK(fs::exists(spec, ec), "data: shard path ", spec, " does not exist");
+      found.push_back(spec);
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+DataLoader::DataLoader(const DataLoaderConfig& config)
+    : seq_len_(config.seq_len), seed_(config.seed) {
+  INGOT_CHECK(config.seq_len > 0, "data: seq_len must be positive, got ", config.seq_len);
+  INGOT_CHECK(config.vocab_size > 0, "data: vocab_size must be positive, got ", config.vocab_size);
+  INGOT_CHECK(config.val_fraction >= 0 && config.val_fraction < 1,
+              "data: val_fraction must be in [0, 1), got ", config.val_fraction);
+  files_ = resolve_shard_paths(config.paths);
+  const int64_t T = seq_len_;
+
+  shard_begin_.push_back(0);
+  for (const std::string& file : files_) {
+    Shard shard(file);
+    const int64_t bad = shard.find_token_at_least(static_cast<uint64_t>(config.vocab_size));
+    if (bad >= 0) {
+      std::ostringstream note;
+      if (shard.vocab_size())
+        note << "; the shard was written for a vocabulary of " << shard.vocab_size();
+      fail("data: shard ", file, ": token id ", shard.token(bad), " at token index ", bad,
+           " is not below the model's vocab size ", config.vocab_size, note.str());
+    }
+    const auto mask = shard.loss_mask();
+    for (size_t i = 0; i < mask.size(); ++i)
+      INGOT_CHECK(mask[i] <= 1, "data: shard ", file, ": loss mask value ", int(mask[i]),
+                  " at token index ", i, " is not 0 or 1");
+    if (shard.num_tokens() == 0) continue;
+    any_loss_mask_ = any_loss_mask_ || shard.has_loss_mask();
+    num_tokens_ += shard.num_tokens();
+    shard_begin_.push_back(num_tokens_);
+    shards_.push_back(std::move(shard));
+  }
+
+  // Split: see the header. One token separates the last train window from the first val window.
+  const int64_t N = num_tokens_;
+  const int64_t all_windows = N >= 1 ? (N - 1) / T : 0;
+  if (config.val_fraction > 0) {
+    num_val_ = std::max<int64_t>(1, static_cast<int64_t>(all_windows * config.val_fraction));
+    const int64_t room = N - 2 - num_val_ * T;  // tokens left for train windows' starts
+    num_train_ = room >= 0 ? room / T : 0;
+    if (num_train_ < 1)
+      fail("data: dataset too short: ", N, " tokens in ", describe_files(files_), "; seq_len ", T,
+           " with val_fraction ", config.val_fraction, " needs at least ", (num_val_ + 1) * T + 2,
+           " tokens (one training window of ", T + 1, " tokens, ", num_val_,
+           " validation window(s) of ", T + 1, ", one separating token)");
+    val_begin_ = num_train_ * T + 1;
+  } else {
+    num_train_ = all_windows;
+    if (num_train_ < 1)
+      fail("data: dataset too short: ", N, " tokens in ", describe_files(files_), "; seq_len ", T,
+           " needs at least ", T + 1, " tokens for one training window");
+    val_begin_ = N;
+  }
+  window_tokens_.resize(T + 1);
+  window_mask_.resize(T + 1);
+}
+
+void DataLoader::gather(int64_t start, int64_t count, int32_t* tokens, uint8_t* mask) const {
+  // Shard holding `start`: the last one whose begin is <= start.
+  size_t s =
+      std::upper_bound(shard_begin_.begin(), shard_begin_.end(), start) - shard_begin_.begin() - 1;
+  while (count > 0) {
+    const Shard& shard = shards_[s];
+    const int64_t local = start - shard_begin_[s];
+    const int64_t n = std::min(count, shard.num_tokens() - local);
+    shard.read_tokens(local, n, tokens);
+    if (mask) {
+      if (shard.has_loss_mask())
+        std::copy_n(shard.loss_mask().data() + local, n, mask);
+      else
+        std::fill_n(mask, n, uint8_t{1});
+      mask += n;
+    }
+    tokens += n;
+    start += n;
+    count -= n;
+    ++s;
+  }
+}
+
+void DataLoader::fill_row(int64_t start, int64_t row, const BatchBuffers& out) const {
+  const int64_t T = seq_len_;
+  uint8_t* mask = any_loss_mask_ ? window_mask_.data() : nullptr;
+  gather(start, T + 1, window_tokens_.data(), mask);
+  int32_t* inputs = out.input_ids + row * T;
+  int32_t* targets = out.targets + row * T;
+  std::copy_n(window_tokens_.data(), T, inputs);
+  for (int64_t t = 0; t < T; ++t)
+    targets[t] = (!mask || mask[t + 1]) ? window_tokens_[t + 1] : kIgnoreIndex;
+  if (out.positions)
+    for (int64_t t = 0; t < T; ++t) out.positions[row * T + t] = static_cast<int32_t>(t);
+  if (out.segment_ids) std::fill_n(out.segment_ids + row * T, T, 0);
+}
+
+void DataLoader::ensure_permutation(int64_t epoch) {
+  if (permutation_epoch_ == epoch) return;
+  permutation_.resize(num_train_);
+  for (int64_t i = 0; i < num_train_; ++i) permutation_[i] = static_cast<uint64_t>(i);
+  std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch));
+  for (int64_t i = num_train_ - 1; i > 0; --i) {
+    const uint64_t j = uniform_below(rng, static_cast<uint64_t>(i) + 1);
+    std::swap(permutation_[i], permutation_[j]);
+  }
+  permutation_epoch_ = epoch;
+}
+
+int64_t DataLoader::train_window_at(int64_t epoch, int64_t index) {
+  INGOT_CHECK(index >= 0 && index < num_train_, "data: window index ", index, " outside [0, ",
+              num_train_, ")");
+  ensure_permutation(epoch);
+  return static_cast<int64_t>(permutation_[index]);
+}
+
+void DataLoader::next_batch(int64_t batch_size, const BatchBuffers& out) {
+  INGOT_CHECK(batch_size > 0, "data: batch size must be positive, got ", batch_size);
+  INGOT_CHECK(out.input_ids && out.targets, "data: next_batch needs input_ids and targets buffers");
+  for (int64_t row = 0; row < batch_size; ++row) {
+    if (cursor_.index == num_train_) {
+      ++cursor_.epoch;
+      cursor_.index = 0;
+    }
+    ensure_permutation(cursor_.epoch);
+    const int64_t window = static_cast<int64_t>(permutation_[cursor_.index++]);
+    fill_row(train_window_start(window), row, out);
+  }
+}
+
+nlohmann::json DataLoader::save_state() const {
+  return {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
+          {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_}};
+}
+
+void DataLoader::restore_state(const nlohmann::json& state) {
+  try {
+    const auto seed = state.at("seed").get<uint64_t>();
+    const auto seq_len = state.at("seq_len").get<int64_t>();
+    const auto num_train = state.at("num_train_windows").get<int64_t>();
+    const auto num_tokens = state.at("num_tokens").get<int64_t>();
+    const auto epoch = state.at("epoch").get<int64_t>();
+    const auto index = state.at("index").get<int64_t>();
+    INGOT_CHECK(seed == seed_ && seq_len == seq_len_, "data: saved loader state has seed ", seed,
+                " and seq_len ", seq_len, " but this run uses seed ", seed_, " and seq_len ",
+                seq_len_);
+    INGOT_CHECK(num_train == num_train_ && num_tokens == num_tokens_,
+                "data: saved loader state is for a dataset of ", num_tokens, " tokens (", num_train,
+                " train windows) but ", describe_files(files_), " hold ", num_tokens_, " tokens (",
+                num_train_, " train windows)");
+    INGOT_CHECK(epoch >= 0 && index >= 0 && index <= num_train_,
+                "data: saved loader cursor (epoch ", epoch, ", index ", index, ") is out of range");
+    cursor_ = {epoch, index};
+  } catch (const nlohmann::json::exception& e) {
+    fail("data: malformed loader state ", state.dump(), ": ", e.what());
+  }
+}
+
+std::string DataLoader::summary() const {
+  std::ostringstream s;
+  s << "data: " << files_.size() << " shard file(s), " << num_tokens_ << " tokens; " << num_train_
+    << " train + " << num_val_ << " val windows of " << seq_len_ << "+1 tokens"
+    << (any_loss_mask_ ? "; loss mask" : "");
+  return s.str();
+}
+
+bool ValIterator::done() const {
+  return next_ >= loader_->num_val_;
+}
+int64_t ValIterator::num_windows() const {
+  return loader_->num_val_;
+}
+
+int64_t ValIterator::next_batch(int64_t batch_size, const BatchBuffers& out) {
+  INGOT_CHECK(batch_size > 0, "data: batch size must be positive, got ", batch_size);
+  INGOT_CHECK(out.input_ids && out.targets, "data: next_batch needs input_ids and targets buffers");
+  const int64_t T = loader_->seq_len_;
+  int64_t real = 0;
+  for (int64_t row = 0; row < batch_size; ++row) {
+    if (next_ < loader_->num_val_) {
+      loader_->fill_row(loader_->val_window_start(next_++), row, out);
+      ++real;
+      continue;
+    }
+    std::fill_n(out.input_ids + row * T, T, 0);
+    std::fill_n(out.targets + row * T, T, kIgnoreIndex);
+    if (out.positions)
+      for (int64_t t = 0; t < T; ++t) out.positions[row * T + t] = static_cast<int32_t>(t);
+    if (out.segment_ids) std::fill_n(out.segment_ids + row * T, T, 0);
+  }
+  return real;
+}
+
+}  // namespace ingot::data

@@ -1,0 +1,130 @@
+// DataLoader: fixed-length training windows over token shards, for pretraining-style training.
+//
+// The shards (in the order given; a directory or glob expands to its files sorted by name) form
+// one concatenated token stream of N tokens. A window is T+1 consecutive tokens starting at a
+// multiple of T: inputs are its first T tokens, targets its last T (shifted by one); a target whose
+// loss-mask byte is 0 becomes -100 (ignored by the loss). Windows may straddle shard boundaries.
+//
+// Split (deterministic, independent of the seed): the last windows of the stream are validation,
+// the rest training.
+//   train window i (0 <= i < num_train): tokens [i*T, i*T + T]
+//   val window j   (0 <= j < num_val):   tokens [V + j*T, V + j*T + T], V = num_train*T + 1
+// so no token is shared between the two sets. num_val = max(1, floor(W * val_fraction)) where
+// W = floor((N - 1) / T) is the number of windows the whole stream holds (0 when val_fraction ==
+// 0), and num_train is as many windows as fit in front of the validation windows.
+//
+// Order: epoch e visits every train window exactly once, in a Fisher-Yates permutation driven by
+// std::mt19937_64(seed + e) (both fully specified by the C++ standard, so the order is the same on
+// every platform). A batch that reaches the end of an epoch continues into the next one. The
+// cursor (epoch, index into the epoch's permutation) is all the state there is, so saving and
+// restoring it resumes the exact batch sequence.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "ingot/data/shard.h"
+
+namespace ingot::data {
+
+struct DataLoaderConfig {
+  std::vector<std::string> paths;  // each a shard file, a directory (its *.bin files) or a glob
+  int64_t seq_len = 0;             // T: tokens per row
+  int64_t vocab_size = 0;          // the model's vocabulary: every token id must be below it
+  double val_fraction = 0.05;      // share of windows held out for validation, in [0, 1)
+  uint64_t seed = 0;               // shuffling seed; epoch e uses seed + e
+};
+
+// Host buffers for one batch, each (B, T) int32 row-major. positions and segment_ids may be null
+// when the caller does not want them.
+struct BatchBuffers {
+  int32_t* input_ids = nullptr;    // (B, T) token ids
+  int32_t* targets = nullptr;      // (B, T) next-token ids, -100 where the loss is masked
+  int32_t* positions = nullptr;    // (B, T) position in the row: 0..T-1 for plain windows
+  int32_t* segment_ids = nullptr;  // (B, T) attention segment: all 0 for plain windows
+};
+
+inline constexpr int32_t kIgnoreIndex = -100;
+
+// Where the train stream stands: epoch, and how many windows of that epoch were already served.
+struct DataCursor {
+  int64_t epoch = 0;
+  int64_t index = 0;
+};
+
+// Expands shard path specs: a glob (contains * ? or [) to its matches, a directory to its *.bin
+// files, a file to itself; each spec's files sorted by name. Throws when a spec matches nothing.
+std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& specs);
+
+class DataLoader;
+
+// Walks the validation windows in order. reset() before each evaluation.
+class ValIterator {
+ public:
+  explicit ValIterator(const DataLoader& loader) : loader_(&loader) {}
+  void reset() { next_ = 0; }
+  bool done() const;
+  int64_t num_windows() const;
+  // Fills up to batch_size rows with the next windows and returns how many are real (0 once
+  // done). Rows past that are padding: input 0, targets -100, positions 0..T-1, segment 0.
+  int64_t next_batch(int64_t batch_size, const BatchBuffers& out);
+
+ private:
+  const DataLoader* loader_;
+  int64_t next_ = 0;
+};
+
+class DataLoader {
+ public:
+  // Opens and validates every shard, checks every token id against vocab_size (one pass over the
+  // data) and plans the split. Throws ingot::Error naming the file on any problem.
+  explicit DataLoader(const DataLoaderConfig& config);
+  // Iterators keep a pointer to the loader, so it stays put.
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // Fills batch_size training rows and advances the cursor by batch_size windows.
+  void next_batch(int64_t batch_size, const BatchBuffers& out);
+  // A fresh iterator over the validation windows (keep it and reset() it for each eval).
+  ValIterator validation() const { return ValIterator(*this); }
+
+  DataCursor cursor() const { return cursor_; }
+  // {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens"}; restore_state()
+  // rejects a state from a different seed, seq_len or dataset.
+  nlohmann::json save_state() const;
+  void restore_state(const nlohmann::json& state);
+
+  int64_t seq_len() const { return seq_len_; }
+  int64_t num_tokens() const { return num_tokens_; }
+  int64_t num_train_windows() const { return num_train_; }
+  int64_t num_val_windows() const { return num_val_; }
+  const std::vector<std::string>& files() const { return files_; }
+  // Offsets into the concatenated stream of a window's first token.
+  int64_t train_window_start(int64_t i) const { return i * seq_len_; }
+  int64_t val_window_start(int64_t j) const { return val_begin_ + j * seq_len_; }
+  // The train window served at position `index` of epoch `epoch`.
+  int64_t train_window_at(int64_t epoch, int64_t index);
+  // One line for the start-up log: files, tokens, windows.
+  std::string summary() const;
+
+ private:
+  friend class ValIterator;
+  void fill_row(int64_t start, int64_t row, const BatchBuffers& out) const;
+  void gather(int64_t start, int64_t count, int32_t* tokens, uint8_t* mask) const;
+  void ensure_permutation(int64_t epoch);
+
+  std::vector<std::string> files_;
+  std::vector<Shard> shards_;         // non-empty shards, in stream order
+  std::vector<int64_t> shard_begin_;  // (num_shards + 1,) stream offset of each shard's token 0
+  bool any_loss_mask_ = false;
+  int64_t seq_len_, num_tokens_ = 0, num_train_ = 0, num_val_ = 0, val_begin_ = 0;
+  uint64_t seed_;
+  DataCursor cursor_;
+  int64_t permutation_epoch_ = -1;
+  std::vector<uint64_t> permutation_;           // (num_train,) window order of permutation_epoch_
+  mutable std::vector<int32_t> window_tokens_;  // (T + 1,) scratch
+  mutable std::vector<uint8_t> window_mask_;    // (T + 1,) scratch
+};
+
+}  // namespace ingot::data
