@@ -1,0 +1,209 @@
+// CudaState lifecycle and the device helpers of device.h: allocation, copies, graph capture,
+// events, scratch growth, the lazily created cuDNN handle.
+#include "ingot/ops/cuda/common.cuh"
+#include "ingot/ops/cuda/device.h"
+
+namespace ingot {
+
+void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
+  if (bytes <= state.scratch_bytes) return state.scratch;
+  INGOT_CHECK(!state.capturing, op, ": needs ", bytes, " bytes of scratch but only ",
+              state.scratch_bytes,
+              " are allocated, and memory cannot be allocated during graph capture; run one "
+              "step uncaptured first");
+  // Earlier ops may still read the old buffer: wait for them before freeing it.
+  INGOT_CUDA_CHECK(cudaStreamSynchronize(state.stream));
+  if (state.scratch) INGOT_CUDA_CHECK(cudaFree(state.scratch));
+  state.scratch = nullptr;
+  state.scratch_bytes = 0;
+  // Grow geometrically so that a sequence of slightly larger requests does not reallocate often.
+  const int64_t grown = bytes + bytes / 4;
+  state.scratch = cuda::device_alloc(grown);
+  state.scratch_bytes = grown;
+  return state.scratch;
+}
+
+#ifdef INGOT_HAVE_CUDNN
+cudnnHandle_t cudnn_handle(CudaState& state) {
+  if (!state.cudnn) {
+    cudnnStatus_t status = cudnnCreate(&state.cudnn);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail("cuDNN error: cudnnCreate failed: ", cudnnGetErrorString(status));
+    status = cudnnSetStream(state.cudnn, state.stream);
+    if (status != CUDNN_STATUS_SUCCESS)
+      fail("cuDNN error: cudnnSetStream failed: ", cudnnGetErrorString(status));
+  }
+  return state.cudnn;
+}
+#endif
+
+}  // namespace ingot
+
+namespace ingot::cuda {
+
+namespace {
+constexpr int64_t kWorkspaceBytes = 32ll << 20;  // cuBLASLt: enough for split-K on large GEMMs
+}
+
+bool device_available() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device" error so later calls start clean
+    return false;
+  }
+  return count > 0;
+}
+
+CudaState* create_state(int device_index) {
+  int count = 0;
+  INGOT_CUDA_CHECK(cudaGetDeviceCount(&count));
+  INGOT_CHECK(device_index >= 0 && device_index < count, "CUDA device ", device_index,
+              " requested but ", count, " present");
+  INGOT_CUDA_CHECK(cudaSetDevice(device_index));
+  auto* state = new CudaState();
+  try {
+    state->device = device_index;
+    cudaDeviceProp prop{};
+    INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+    state->num_sms = prop.multiProcessorCount;
+    state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
+    INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
+    state->workspace = device_alloc(kWorkspaceBytes);
+    state->workspace_bytes = kWorkspaceBytes;
+    INGOT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&state->host_result), sizeof(double)));
+  } catch (...) {
+    destroy_state(state);
+    throw;
+  }
+  return state;
+}
+
+void destroy_state(CudaState* state) {
+  if (!state) return;
+  // Best effort: destruction must not throw, and a failed call here has nothing left to save.
+  if (state->stream) cudaStreamSynchronize(state->stream);
+  for (auto& [key, plan] : state->matmul_plans) {
+    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  }
+  if (state->graph_exec) cudaGraphExecDestroy(state->graph_exec);
+  if (state->graph) cudaGraphDestroy(state->graph);
+#ifdef INGOT_HAVE_CUDNN
+  if (state->cudnn) cudnnDestroy(state->cudnn);
+#endif
+  if (state->cublaslt) cublasLtDestroy(state->cublaslt);
+  if (state->workspace) cudaFree(state->workspace);
+  if (state->scratch) cudaFree(state->scratch);
+  if (state->host_result) cudaFreeHost(state->host_result);
+  if (state->stream) cudaStreamDestroy(state->stream);
+  delete state;
+}
+
+void* device_alloc(int64_t bytes) {
+  INGOT_CHECK(bytes >= 0, "device_alloc: negative size ", bytes);
+  if (bytes == 0) return nullptr;
+  void* ptr = nullptr;
+  const cudaError_t status = cudaMalloc(&ptr, static_cast<size_t>(bytes));
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    fail("cudaMalloc of ", bytes, " bytes (", bytes / double(1 << 20), " MiB) failed: ",
+         cudaGetErrorString(status), "; device has ", free_bytes / double(1 << 20),
+         " MiB free of ", total_bytes / double(1 << 20), " MiB");
+  }
+  return ptr;
+}
+
+void device_free(void* ptr) {
+  if (ptr) INGOT_CUDA_CHECK(cudaFree(ptr));
+}
+
+void copy_to_device(void* dst, const void* src, int64_t bytes, CudaState* state) {
+  if (bytes == 0) return;
+  cudaStream_t stream = state ? state->stream : nullptr;
+  INGOT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream));
+  INGOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void copy_to_host(void* dst, const void* src, int64_t bytes, CudaState* state) {
+  if (bytes == 0) return;
+  cudaStream_t stream = state ? state->stream : nullptr;
+  INGOT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream));
+  INGOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void synchronize(CudaState* state) {
+  if (state) INGOT_CUDA_CHECK(cudaStreamSynchronize(state->stream));
+  else INGOT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+int64_t device_memory_free() {
+  size_t free_bytes = 0, total_bytes = 0;
+  INGOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(free_bytes);
+}
+
+int64_t device_memory_total() {
+  size_t free_bytes = 0, total_bytes = 0;
+  INGOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(total_bytes);
+}
+
+std::string device_name() {
+  int device = 0;
+  INGOT_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+void begin_capture(CudaState* state) {
+  INGOT_CHECK(state && !state->capturing, "begin_capture: no state, or already capturing");
+  // Global mode: any unsafe CUDA call from any thread during capture is an error, not a hang.
+  INGOT_CUDA_CHECK(cudaStreamBeginCapture(state->stream, cudaStreamCaptureModeGlobal));
+  state->capturing = true;
+}
+
+void end_capture_and_instantiate(CudaState* state) {
+  INGOT_CHECK(state && state->capturing, "end_capture_and_instantiate: not capturing");
+  state->capturing = false;
+  cudaGraph_t graph = nullptr;
+  INGOT_CUDA_CHECK(cudaStreamEndCapture(state->stream, &graph));
+  if (state->graph_exec) INGOT_CUDA_CHECK(cudaGraphExecDestroy(state->graph_exec));
+  if (state->graph) INGOT_CUDA_CHECK(cudaGraphDestroy(state->graph));
+  state->graph = graph;
+  state->graph_exec = nullptr;
+  INGOT_CUDA_CHECK(cudaGraphInstantiate(&state->graph_exec, graph, 0));
+}
+
+void replay(CudaState* state) {
+  INGOT_CHECK(state && state->graph_exec, "replay: no captured graph");
+  INGOT_CUDA_CHECK(cudaGraphLaunch(state->graph_exec, state->stream));
+}
+
+Event event_create() {
+  cudaEvent_t event = nullptr;
+  INGOT_CUDA_CHECK(cudaEventCreate(&event));
+  return event;
+}
+
+void event_destroy(Event event) {
+  if (event) INGOT_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+void event_record(Event event, CudaState* state) {
+  INGOT_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), state ? state->stream : nullptr));
+}
+
+float event_elapsed_ms(Event start, Event end) {
+  INGOT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end)));
+  float ms = 0;
+  INGOT_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+}  // namespace ingot::cuda

@@ -1,0 +1,66 @@
+// CudaState: everything a CUDA op needs besides its tensors: the stream every op runs on, the
+// cuBLASLt handle with its preallocated workspace and cached matmul plans, a growable scratch
+// buffer for multi-kernel ops, and the step's captured CUDA graph. Context holds it opaquely
+// (core/context.h), so only .cu files see this header.
+// Invariants:
+//   - Every op enqueues on `stream` and never synchronises, except sum_squares (host double) and
+//     the explicit helpers in device.h.
+//   - Scratch grows only outside graph capture (cudaMalloc is not capturable); an op that needs
+//     more scratch during capture throws. Warm up one step uncaptured before capturing.
+//   - A matmul plan (layouts + heuristic algorithm) is chosen once per key and reused.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+
+#ifdef INGOT_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+namespace ingot {
+
+// Key of a cached cuBLASLt plan: op flags, sizes, leading dims, dtypes, epilogue, alignments.
+using MatmulKey = std::array<int64_t, 16>;
+
+struct MatmulPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+struct CudaState {
+  int device = 0;
+  int num_sms = 0;                  // multiprocessors, for persistent / partial-sum grids
+  int max_smem_per_block = 0;       // opt-in dynamic shared memory limit (bytes)
+  cudaStream_t stream = nullptr;
+
+  cublasLtHandle_t cublaslt = nullptr;
+  void* workspace = nullptr;        // cuBLASLt workspace, preallocated
+  int64_t workspace_bytes = 0;      // (32 MiB)
+  std::map<MatmulKey, MatmulPlan> matmul_plans;
+
+  void* scratch = nullptr;          // partial sums, sort buffers; stream-ordered reuse between ops
+  int64_t scratch_bytes = 0;
+
+  double* host_result = nullptr;    // pinned, for sum_squares' read-back
+
+  cudaGraph_t graph = nullptr;      // the captured step
+  cudaGraphExec_t graph_exec = nullptr;
+  bool capturing = false;
+
+#ifdef INGOT_HAVE_CUDNN
+  cudnnHandle_t cudnn = nullptr;    // created on first use (see cudnn_handle)
+#endif
+};
+
+// Scratch of at least `bytes`, 256-byte aligned; grows (synchronising) outside capture only.
+void* scratch_buffer(CudaState& state, int64_t bytes, const char* op);
+
+#ifdef INGOT_HAVE_CUDNN
+cudnnHandle_t cudnn_handle(CudaState& state);
+#endif
+
+}  // namespace ingot

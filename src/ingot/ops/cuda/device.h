@@ -1,0 +1,48 @@
+// CUDA device helpers callable from plain C++ (.cpp files, tests): no CUDA headers here.
+// Memory is plain cudaMalloc, never managed memory (DESIGN.md, principle 4). Every failure throws
+// ingot::Error naming the CUDA call and what was asked for.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "ingot/core/context.h"
+#include "ingot/core/tensor.h"
+
+namespace ingot::cuda {
+
+bool device_available();                      // a CUDA device is present and usable
+CudaState* create_state(int device_index);    // selects the device; stream, cuBLASLt, workspace
+void destroy_state(CudaState* state);
+
+void* device_alloc(int64_t bytes);            // cudaMalloc; the error names bytes and free memory
+void device_free(void* ptr);
+// Both wait for completion: the host buffer may be reused as soon as they return.
+// state may be null (legacy default stream).
+void copy_to_device(void* dst, const void* src, int64_t bytes, CudaState* state);
+void copy_to_host(void* dst, const void* src, int64_t bytes, CudaState* state);
+void synchronize(CudaState* state);
+int64_t device_memory_free();
+int64_t device_memory_total();
+std::string device_name();
+
+// CUDA graph of a whole step: ops enqueued between begin and end are recorded, not run; replay
+// launches the recorded graph on the state's stream (asynchronously).
+void begin_capture(CudaState* state);
+void end_capture_and_instantiate(CudaState* state);
+void replay(CudaState* state);
+
+// Event timing on the state's stream.
+using Event = void*;
+Event event_create();
+void event_destroy(Event event);
+void event_record(Event event, CudaState* state);
+float event_elapsed_ms(Event start, Event end);  // waits for `end`
+
+// ---- device-side ops beyond ops.h ---------------------------------------------------------------
+// Sum of squares of `count` tensors (bf16 or f32), accumulated in f64 and written to
+// *device_result (one device double) without synchronising: for global-norm clipping inside a
+// captured step. Deterministic: per-block partials, then one ordered reduction. One launch per
+// tensor plus one.
+void sum_squares_async(Context& ctx, const Tensor* tensors, int count, double* device_result);
+
+}  // namespace ingot::cuda
