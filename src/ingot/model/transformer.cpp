@@ -80,6 +80,7 @@ Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Contex
   grads_ = grad_arena_->allocate(recipe_.grad, {P});
   params_ = bind_params(config_, entries_, weights_);
   param_grads_ = bind_params(config_, entries_, grads_);
+  ops::zero(ctx_, weights_);  // padding between parameters stays defined
   ops::zero(ctx_, grads_);
 
   Arena measuring("activations", ctx.device);

@@ -1,0 +1,111 @@
+#include "ingot/train/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <unistd.h>
+
+#include "ingot/core/error.h"
+#include "ingot/io/hf_model.h"
+#include "ingot/io/json_util.h"
+#include "ingot/io/safetensors.h"
+
+namespace ingot {
+
+namespace fs = std::filesystem;
+
+std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW* optimizer, DType* dtype) {
+  const Tensor source = optimizer && optimizer->master().present() ? optimizer->master() : model.weights();
+  std::vector<char> host(static_cast<size_t>(source.bytes()));
+  copy_to_host(ctx, host.data(), source);
+  *dtype = source.dtype;
+  return host;
+}
+
+static int64_t checkpoint_step(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  const std::string prefix = "checkpoint-";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  const std::string digits = name.substr(prefix.size());
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (fs::is_directory(output_dir))
+    for (const auto& entry : fs::directory_iterator(output_dir)) {
+      const int64_t step = checkpoint_step(entry.path());
+      if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
+    }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found) dirs.push_back(dir);
+  return dirs;
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  if (!fs::exists(path)) fail("no such model or checkpoint: ", path);
+  if (fs::exists(fs::path(path) / "config.json") || fs::is_regular_file(path)) return path;
+  const auto checkpoints = list_checkpoints(path);
+  if (checkpoints.empty()) fail(path, " holds neither config.json nor checkpoint-* directories");
+  return checkpoints.back();
+}
+
+void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model, AdamW& optimizer,
+                     const CheckpointContents& contents, const std::vector<std::string>& extra_files,
+                     int64_t keep_last) {
+  const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
+  const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
+                                                   std::to_string(::getpid()));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+
+  DType dtype;
+  std::vector<char> weights = host_trainable_weights(ctx, model, &optimizer, &dtype);
+  Tensor flat(weights.data(), dtype, Device::cpu, {model.weights().numel()});
+  io::save_hf_model(tmp_dir.string(), model.config(), model.entries(), flat, dtype, int64_t{1} << 62);
+
+  std::vector<char> m(static_cast<size_t>(optimizer.exp_avg().bytes())), v(m.size());
+  copy_to_host(ctx, m.data(), optimizer.exp_avg());
+  copy_to_host(ctx, v.data(), optimizer.exp_avg_sq());
+  const DType state = optimizer.exp_avg().dtype;
+  const int64_t P = optimizer.exp_avg().numel();
+  io::write_safetensors((tmp_dir / "optimizer.safetensors").string(),
+                        {{"exp_avg", Tensor(m.data(), state, Device::cpu, {P}), state},
+                         {"exp_avg_sq", Tensor(v.data(), state, Device::cpu, {P}), state}});
+  io::write_file_atomically((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
+  for (const std::string& file : extra_files)
+    if (fs::exists(file)) fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
+
+  fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier, overwritten attempt
+  fs::rename(tmp_dir, final_dir);
+
+  if (keep_last > 0) {
+    const auto all = list_checkpoints(output_dir);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+  }
+}
+
+nlohmann::json load_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
+  const std::string model_file = (fs::path(dir) / "model.safetensors").string();
+  if (optimizer.master().present()) {
+    io::load_hf_weights(ctx, dir, model.entries(), optimizer.master());
+    ops::copy(ctx, model.weights(), optimizer.master());
+  } else {
+    io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  }
+  const std::string optimizer_file = (fs::path(dir) / "optimizer.safetensors").string();
+  const io::SafeTensorsReader reader = io::SafeTensorsReader::open(optimizer_file);
+  for (const auto& [name, target] : {std::pair{"exp_avg", optimizer.exp_avg()}, std::pair{"exp_avg_sq", optimizer.exp_avg_sq()}}) {
+    std::vector<char> host(static_cast<size_t>(target.bytes()));
+    Tensor host_view = target;
+    host_view.data = host.data();
+    host_view.device = Device::cpu;
+    reader.read_into(name, host_view);
+    copy_from_host(ctx, target, host.data());
+  }
+  const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
+  return io::parse_json(io::read_text_file(state_file, "trainer state"), state_file, "trainer state");
+}
+
+}  // namespace ingot

@@ -1,0 +1,40 @@
+// Training checkpoints. OUTPUT_DIR/checkpoint-<step>/ holds:
+//   config.json, model.safetensors     the trainable weights by Hugging Face names, at full
+//                                      precision (f32 master weights when the recipe has them), so a
+//                                      checkpoint is also a model directory transformers can load
+//   optimizer.safetensors              exp_avg and exp_avg_sq, flat (P) in the optimizer's dtype
+//   trainer_state.json                 step, data cursor, seed, schedule position, loss history
+//   tokenizer.json etc.                copied from the model or data directory when present
+// A checkpoint is written to checkpoint-<step>.tmp-<pid> and renamed, so a directory named
+// checkpoint-<step> is always complete. Only the newest save_total_limit are kept.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/model/transformer.h"
+#include "ingot/optim/adamw.h"
+
+namespace ingot {
+
+struct CheckpointContents {
+  int64_t step = 0;
+  nlohmann::json trainer_state;       // everything but the tensors
+};
+
+void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model, AdamW& optimizer,
+                     const CheckpointContents& contents, const std::vector<std::string>& extra_files,
+                     int64_t keep_last);
+// Restores weights, master weights and optimizer state; returns trainer_state.json.
+nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, Transformer& model,
+                               AdamW& optimizer);
+// checkpoint-<step> directories under output_dir, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& output_dir);
+// A checkpoint or model directory as given, or the newest checkpoint of a run's output_dir.
+std::string resolve_model_dir(const std::string& path);
+
+// The trainable weights at full precision as a host f32/f64 flat buffer (master copy if present).
+std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW* optimizer, DType* dtype);
+
+}  // namespace ingot

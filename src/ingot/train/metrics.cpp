@@ -1,0 +1,129 @@
+#include "ingot/train/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/core/error.h"
+#include "ingot/io/json_util.h"
+
+namespace ingot {
+
+namespace fs = std::filesystem;
+
+std::string metrics_record_json(const MetricsRecord& r) {
+  nlohmann::ordered_json j;
+  j["step"] = r.step;
+  j["loss"] = r.loss;
+  j["lr"] = r.lr;
+  j["grad_norm"] = r.grad_norm;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["elapsed_s"] = r.elapsed_s;
+  if (r.val_loss) j["val_loss"] = *r.val_loss;
+  return j.dump();
+}
+
+MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir_(output_dir) {
+  const fs::path path = fs::path(dir_) / "metrics.jsonl";
+  if (resume_step >= 0 && fs::exists(path)) {
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.contains("step")) continue;  // a torn last line from a crash
+      MetricsRecord r;
+      r.step = j.value("step", int64_t{0});
+      if (r.step > resume_step) continue;
+      r.loss = j.value("loss", 0.0);
+      r.lr = j.value("lr", 0.0);
+      r.grad_norm = j.value("grad_norm", 0.0);
+      r.tokens_per_s = j.value("tokens_per_s", 0.0);
+      r.elapsed_s = j.value("elapsed_s", 0.0);
+      if (j.contains("val_loss")) r.val_loss = j["val_loss"].get<double>();
+      records_.push_back(r);
+    }
+  }
+  rewrite();
+}
+
+void MetricsLog::rewrite() const {
+  std::string text;
+  for (const MetricsRecord& r : records_) text += metrics_record_json(r) + "\n";
+  io::write_file_atomically((fs::path(dir_) / "metrics.jsonl").string(), text);
+}
+
+void MetricsLog::append(const MetricsRecord& record) {
+  // Merge a validation result into the record of the same step when one exists.
+  if (!records_.empty() && records_.back().step == record.step) {
+    if (record.val_loss) records_.back().val_loss = record.val_loss;
+    rewrite();
+    return;
+  }
+  records_.push_back(record);
+  std::ofstream out(fs::path(dir_) / "metrics.jsonl", std::ios::app);
+  out << metrics_record_json(record) << "\n";
+  INGOT_CHECK(out.good(), "cannot append to ", (fs::path(dir_) / "metrics.jsonl").string());
+}
+
+void MetricsLog::write_plot() const {
+  io::write_file_atomically((fs::path(dir_) / "loss.svg").string(),
+                            loss_curve_svg(records_, fs::path(dir_).filename().string()));
+}
+
+std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std::string& title) {
+  const double width = 720, height = 420, left = 64, right = 20, top = 36, bottom = 48;
+  double max_step = 1, lo = INFINITY, hi = -INFINITY;
+  for (const MetricsRecord& r : records) {
+    max_step = std::max(max_step, static_cast<double>(r.step));
+    for (double v : {r.loss, r.val_loss.value_or(r.loss)})
+      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+  }
+  if (!std::isfinite(lo)) lo = 0, hi = 1;
+  if (hi - lo < 1e-9) hi = lo + 1;
+  const double pad = 0.05 * (hi - lo);
+  lo -= pad, hi += pad;
+  auto x = [&](double step) { return left + (width - left - right) * step / max_step; };
+  auto y = [&](double v) { return top + (height - top - bottom) * (hi - v) / (hi - lo); };
+
+  std::ostringstream svg;
+  svg.precision(4);
+  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">loss: " << title << "</text>\n";
+  for (int i = 0; i <= 5; ++i) {  // horizontal grid with loss ticks
+    const double v = lo + (hi - lo) * i / 5.0;
+    svg << "<line x1=\"" << left << "\" x2=\"" << width - right << "\" y1=\"" << y(v) << "\" y2=\"" << y(v)
+        << "\" stroke=\"#ddd\"/><text x=\"" << left - 6 << "\" y=\"" << y(v) + 4 << "\" text-anchor=\"end\">" << v << "</text>\n";
+  }
+  for (int i = 0; i <= 5; ++i) {  // step ticks
+    const double s = max_step * i / 5.0;
+    svg << "<text x=\"" << x(s) << "\" y=\"" << height - bottom + 18 << "\" text-anchor=\"middle\">"
+        << static_cast<int64_t>(std::llround(s)) << "</text>\n";
+  }
+  svg << "<text x=\"" << (left + width - right) / 2 << "\" y=\"" << height - 10 << "\" text-anchor=\"middle\">step</text>\n";
+  svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
+  for (const MetricsRecord& r : records)
+    if (std::isfinite(r.loss)) svg << x(static_cast<double>(r.step)) << "," << y(r.loss) << " ";
+  svg << "\"/>\n<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" points=\"";
+  for (const MetricsRecord& r : records)
+    if (r.val_loss && std::isfinite(*r.val_loss)) svg << x(static_cast<double>(r.step)) << "," << y(*r.val_loss) << " ";
+  svg << "\"/>\n";
+  for (const MetricsRecord& r : records)
+    if (r.val_loss && std::isfinite(*r.val_loss))
+      svg << "<circle cx=\"" << x(static_cast<double>(r.step)) << "\" cy=\"" << y(*r.val_loss) << "\" r=\"3\" fill=\"#d62728\"/>\n";
+  svg << "<rect x=\"" << width - right - 150 << "\" y=\"" << top + 4 << "\" width=\"140\" height=\"40\" fill=\"white\" stroke=\"#999\"/>\n"
+      << "<line x1=\"" << width - right - 140 << "\" x2=\"" << width - right - 116 << "\" y1=\"" << top + 18 << "\" y2=\"" << top + 18
+      << "\" stroke=\"#1f77b4\" stroke-width=\"2\"/><text x=\"" << width - right - 110 << "\" y=\"" << top + 22 << "\">train loss</text>\n"
+      << "<line x1=\"" << width - right - 140 << "\" x2=\"" << width - right - 116 << "\" y1=\"" << top + 34 << "\" y2=\"" << top + 34
+      << "\" stroke=\"#d62728\" stroke-width=\"2\"/><text x=\"" << width - right - 110 << "\" y=\"" << top + 38 << "\">validation loss</text>\n";
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+}  // namespace ingot

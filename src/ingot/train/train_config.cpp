@@ -1,0 +1,290 @@
+#include "ingot/train/train_config.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "ingot/core/error.h"
+#include "ingot/optim/lr_schedule.h"
+
+namespace ingot {
+
+const std::vector<ConfigKeyInfo>& train_config_keys() {
+  static const std::vector<ConfigKeyInfo> keys = {
+      {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors)"},
+      {"model_config", "\"\"", "architecture for training from scratch: path to a config.json, or an inline mapping of its keys"},
+      {"train_data", "[]", "token shards: files, directories or globs (string or list)"},
+      {"val_fraction", "0.05", "share of sequences held out for validation"},
+      {"sequence_len", "256", "tokens per training sequence"},
+      {"micro_batch_size", "8", "sequences per forward/backward pass"},
+      {"gradient_accumulation_steps", "1", "micro-batches per optimizer step"},
+      {"max_steps", "1000", "optimizer steps to train"},
+      {"learning_rate", "3e-4", "peak learning rate"},
+      {"lr_scheduler_type", "cosine", "constant | linear | cosine | wsd (after linear warm-up)"},
+      {"warmup_steps", "0", "linear warm-up steps from 0"},
+      {"min_lr_ratio", "0.0", "floor of the decay as a fraction of learning_rate"},
+      {"wsd_decay_ratio", "0.1", "wsd: final fraction of steps spent decaying"},
+      {"weight_decay", "0.0", "decoupled AdamW weight decay"},
+      {"adam_beta1", "0.9", "AdamW beta1"},
+      {"adam_beta2", "0.999", "AdamW beta2"},
+      {"adam_epsilon", "1e-8", "AdamW epsilon"},
+      {"max_grad_norm", "1.0", "global-norm gradient clipping; 0 disables"},
+      {"weight_decay_norms", "false", "apply weight decay to RMSNorm weights"},
+      {"weight_decay_biases", "false", "apply weight decay to biases"},
+      {"weight_decay_embeddings", "false", "apply weight decay to the input embedding"},
+      {"seed", "42", "seed for initialisation and data order"},
+      {"output_dir", "runs/train", "where checkpoints, metrics.jsonl and loss.svg go"},
+      {"logging_steps", "10", "log a line and a metrics.jsonl record every N steps"},
+      {"eval_steps", "0", "validation loss every N steps; 0: only at the end"},
+      {"eval_max_batches", "50", "validation micro-batches per evaluation; 0: all"},
+      {"save_steps", "0", "checkpoint every N steps; 0: only at the end"},
+      {"save_total_limit", "2", "keep the last K checkpoints; 0: keep all"},
+      {"device", "auto", "auto | cpu | cuda"},
+      {"precision", "auto", "auto (cpu: fp32, cuda: bf16) | fp32 | bf16"},
+      {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},
+      {"num_threads", "0", "CPU threads; 0: all cores"},
+      {"logits_chunk_tokens", "0", "tokens per LM-head + loss chunk; 0: automatic"},
+      {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range"},
+  };
+  return keys;
+}
+
+std::string closest_key(const std::string& key, const std::vector<std::string>& known) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const std::string& k : known) {
+    const size_t d = distance(key, k);
+    if (d < best_distance) best_distance = d, best = k;
+  }
+  // Only suggest something plausibly meant: within a third of the key's length (at least 2 edits).
+  return best_distance <= std::max<size_t>(2, key.size() / 3) ? best : "";
+}
+
+namespace {
+
+nlohmann::json yaml_to_json(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& item : node) object[item.first.as<std::string>()] = yaml_to_json(item.second);
+      return object;
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json array = nlohmann::json::array();
+      for (const auto& item : node) array.push_back(yaml_to_json(item));
+      return array;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string text = node.Scalar();
+      if (node.Tag() == "!") return text;  // quoted: a string
+      bool b;
+      int64_t i;
+      double d;
+      if (YAML::convert<bool>::decode(node, b) && text != "y" && text != "n") return b;
+      if (YAML::convert<int64_t>::decode(node, i)) return i;
+      if (YAML::convert<double>::decode(node, d)) return d;
+      return text;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+struct Setter {
+  std::function<void(TrainConfig&, const YAML::Node&)> apply;
+};
+
+template <typename T>
+T scalar_as(const YAML::Node& node, const std::string& key, const std::string& source, const char* type_name) {
+  if (!node.IsScalar()) fail(source, ": key \"", key, "\" must be ", type_name);
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(source, ": key \"", key, "\" must be ", type_name, ", got \"", node.Scalar(), "\"");
+  }
+}
+
+std::map<std::string, Setter> make_setters(const std::string& source) {
+  std::map<std::string, Setter> s;
+  auto str = [&](const char* key, std::string TrainConfig::*field) {
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n) { c.*field = scalar_as<std::string>(n, key, source, "a string"); }};
+  };
+  auto integer = [&](const char* key, int64_t TrainConfig::*field, int64_t minimum) {
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
+      const int64_t v = scalar_as<int64_t>(n, key, source, "an integer");
+      if (v < minimum) fail(source, ": key \"", key, "\" must be >= ", minimum, ", got ", v);
+      c.*field = v;
+    }};
+  };
+  auto real = [&](const char* key, double TrainConfig::*field, double minimum) {
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
+      const double v = scalar_as<double>(n, key, source, "a number");
+      if (!(v >= minimum)) fail(source, ": key \"", key, "\" must be >= ", minimum, ", got ", n.Scalar());
+      c.*field = v;
+    }};
+  };
+  auto boolean = [&](const char* key, bool TrainConfig::*field) {
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n) { c.*field = scalar_as<bool>(n, key, source, "true or false"); }};
+  };
+  str("model", &TrainConfig::model);
+  s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n) {
+    if (n.IsMap()) {
+      c.model_config = yaml_to_json(n).dump();
+      c.model_config_inline = true;
+    } else {
+      c.model_config = scalar_as<std::string>(n, "model_config", source, "a path or a mapping");
+      c.model_config_inline = false;
+    }
+  }};
+  s["train_data"] = {[=](TrainConfig& c, const YAML::Node& n) {
+    c.train_data.clear();
+    if (n.IsSequence()) {
+      for (const auto& item : n) c.train_data.push_back(scalar_as<std::string>(item, "train_data", source, "a list of paths"));
+    } else {
+      c.train_data.push_back(scalar_as<std::string>(n, "train_data", source, "a path or a list of paths"));
+    }
+  }};
+  real("val_fraction", &TrainConfig::val_fraction, 0.0);
+  integer("sequence_len", &TrainConfig::sequence_len, 1);
+  integer("micro_batch_size", &TrainConfig::micro_batch_size, 1);
+  integer("gradient_accumulation_steps", &TrainConfig::gradient_accumulation_steps, 1);
+  integer("max_steps", &TrainConfig::max_steps, 1);
+  real("learning_rate", &TrainConfig::learning_rate, 0.0);
+  str("lr_scheduler_type", &TrainConfig::lr_scheduler_type);
+  integer("warmup_steps", &TrainConfig::warmup_steps, 0);
+  real("min_lr_ratio", &TrainConfig::min_lr_ratio, 0.0);
+  real("wsd_decay_ratio", &TrainConfig::wsd_decay_ratio, 0.0);
+  real("weight_decay", &TrainConfig::weight_decay, 0.0);
+  real("adam_beta1", &TrainConfig::adam_beta1, 0.0);
+  real("adam_beta2", &TrainConfig::adam_beta2, 0.0);
+  real("adam_epsilon", &TrainConfig::adam_epsilon, 0.0);
+  real("max_grad_norm", &TrainConfig::max_grad_norm, 0.0);
+  boolean("weight_decay_norms", &TrainConfig::weight_decay_norms);
+  boolean("weight_decay_biases", &TrainConfig::weight_decay_biases);
+  boolean("weight_decay_embeddings", &TrainConfig::weight_decay_embeddings);
+  s["seed"] = {[=](TrainConfig& c, const YAML::Node& n) { c.seed = scalar_as<uint64_t>(n, "seed", source, "a non-negative integer"); }};
+  str("output_dir", &TrainConfig::output_dir);
+  integer("logging_steps", &TrainConfig::logging_steps, 1);
+  integer("eval_steps", &TrainConfig::eval_steps, 0);
+  integer("eval_max_batches", &TrainConfig::eval_max_batches, 0);
+  integer("save_steps", &TrainConfig::save_steps, 0);
+  integer("save_total_limit", &TrainConfig::save_total_limit, 0);
+  str("device", &TrainConfig::device);
+  str("precision", &TrainConfig::precision);
+  boolean("master_weights", &TrainConfig::master_weights);
+  integer("num_threads", &TrainConfig::num_threads, 0);
+  integer("logits_chunk_tokens", &TrainConfig::logits_chunk_tokens, 0);
+  real("init_std", &TrainConfig::init_std, 0.0);
+  return s;
+}
+
+void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters, const std::string& key,
+               const YAML::Node& value, const std::string& where) {
+  auto it = setters.find(key);
+  if (it == setters.end()) {
+    std::vector<std::string> known;
+    for (const auto& [name, setter] : setters) known.push_back(name);
+    const std::string suggestion = closest_key(key, known);
+    fail(where, ": unknown key \"", key, "\"",
+         suggestion.empty() ? std::string("; see docs/config.md for the keys") : "; did you mean \"" + suggestion + "\"?");
+  }
+  it->second.apply(config, value);
+}
+
+void validate(const TrainConfig& c) {
+  const std::string& src = c.source;
+  if (c.model.empty() == c.model_config.empty())
+    fail(src, ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
+  if (c.train_data.empty()) fail(src, ": \"train_data\" is required (token shards made by `ingot prepare`)");
+  if (c.val_fraction >= 1.0) fail(src, ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
+  validate_lr_schedule_type(c.lr_scheduler_type);
+  if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
+    fail(src, ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
+  if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
+    fail(src, ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
+  if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const std::string& yaml_text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  TrainConfig config;
+  config.source = source;
+  const auto setters = make_setters(source);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    fail(source, ": YAML syntax error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
+  }
+  if (root.IsDefined() && !root.IsNull()) {
+    if (!root.IsMap()) fail(source, ": the config must be a mapping of key: value");
+    for (const auto& item : root) apply_key(config, setters, item.first.as<std::string>(), item.second, source);
+  }
+  for (const std::string& override_text : overrides) {
+    const size_t eq = override_text.find('=');
+    if (eq == std::string::npos || eq == 0) fail("--set \"", override_text, "\": expected key=value");
+    const std::string key = override_text.substr(0, eq);
+    YAML::Node value;
+    try {
+      value = YAML::Load(override_text.substr(eq + 1));
+    } catch (const YAML::ParserException& e) {
+      fail("--set ", key, ": cannot parse value \"", override_text.substr(eq + 1), "\": ", e.msg);
+    }
+    if (value.IsNull()) value = YAML::Node(std::string());
+    apply_key(config, setters, key, value, "--set " + override_text);
+  }
+  validate(config);
+  return config;
+}
+
+TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream file(path);
+  if (!file) fail("cannot read config file ", path, ": ", std::filesystem::exists(path) ? "permission denied" : "no such file");
+  std::stringstream text;
+  text << file.rdbuf();
+  TrainConfig config = parse_train_config(text.str(), path, overrides);
+  // Relative paths in the config are relative to the config file's directory.
+  const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  auto rebase = [&](std::string& p) {
+    if (!p.empty() && std::filesystem::path(p).is_relative() && !std::filesystem::exists(p) &&
+        std::filesystem::exists(base / p))
+      p = (base / p).string();
+  };
+  rebase(config.model);
+  if (!config.model_config_inline) rebase(config.model_config);
+  for (std::string& p : config.train_data) rebase(p);
+  return config;
+}
+
+ModelConfig resolve_model_config(const TrainConfig& c) {
+  ModelConfig model;
+  if (!c.model.empty()) model = load_model_config(c.model);
+  else if (c.model_config_inline) model = parse_model_config(c.model_config, c.source + " (model_config)");
+  else model = load_model_config(c.model_config);
+  if (c.init_std > 0) model.initializer_range = c.init_std;
+  return model;
+}
+
+}  // namespace ingot

@@ -1,0 +1,293 @@
+#include "ingot/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+#include <thread>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/core/error.h"
+#include "ingot/data/loader.h"
+#include "ingot/io/hf_model.h"
+#include "ingot/model/transformer.h"
+#include "ingot/optim/adamw.h"
+#include "ingot/optim/lr_schedule.h"
+#include "ingot/ops/ops.h"
+#include "ingot/train/checkpoint.h"
+#include "ingot/train/metrics.h"
+#ifdef INGOT_HAVE_CUDA
+#include "ingot/ops/cuda/device.h"
+#endif
+
+namespace ingot {
+
+namespace fs = std::filesystem;
+
+DeviceContext::DeviceContext(const std::string& device, int64_t num_threads) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ctx_.num_threads = num_threads > 0 ? static_cast<int>(num_threads) : cores;
+  bool want_cuda = device == "cuda";
+#ifdef INGOT_HAVE_CUDA
+  if (device == "auto") want_cuda = cuda::device_available();
+  if (want_cuda) {
+    if (!cuda::device_available()) fail("device: cuda was requested but no CUDA device is available");
+    ctx_.device = Device::cuda;
+    ctx_.cuda = cuda::create_state(0);
+  }
+#else
+  if (want_cuda) fail("device: cuda was requested but this build of Ingot has no CUDA backend (build with INGOT_CUDA=ON)");
+#endif
+}
+
+DeviceContext::~DeviceContext() {
+#ifdef INGOT_HAVE_CUDA
+  if (ctx_.cuda) cuda::destroy_state(ctx_.cuda);
+#endif
+}
+
+std::string DeviceContext::description() const {
+#ifdef INGOT_HAVE_CUDA
+  if (ctx_.device == Device::cuda) return "cuda (" + cuda::device_name() + ")";
+#endif
+  return "cpu (" + std::to_string(ctx_.num_threads) + " threads)";
+}
+
+namespace {
+
+std::string format_duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s / 60 % 60));
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else std::snprintf(buf, sizeof buf, "%llds", static_cast<long long>(s));
+  return buf;
+}
+
+// Refuses to mix a new run into an old one unless the user said which they want.
+void prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
+  const fs::path dir(c.output_dir);
+  const bool has_run = fs::exists(dir / "metrics.jsonl") || !list_checkpoints(c.output_dir).empty();
+  if (o.resume) {
+    if (list_checkpoints(c.output_dir).empty())
+      fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
+    return;
+  }
+  if (has_run && !o.overwrite)
+    fail("output_dir ", c.output_dir, " already holds a run (metrics.jsonl or checkpoint-*); "
+         "pass --resume to continue it or --overwrite to replace it");
+  if (has_run) {
+    for (const std::string& ckpt : list_checkpoints(c.output_dir)) fs::remove_all(ckpt);
+    fs::remove(dir / "metrics.jsonl");
+    fs::remove(dir / "loss.svg");
+  }
+  fs::create_directories(dir);
+}
+
+// Files that make a checkpoint self-contained for generation and export.
+std::vector<std::string> companion_files(const TrainConfig& c) {
+  std::vector<std::string> files;
+  const char* names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"};
+  std::vector<fs::path> dirs;
+  if (!c.model.empty()) dirs.emplace_back(c.model);
+  for (const std::string& d : c.train_data) dirs.push_back(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path());
+  for (const fs::path& d : dirs)
+    for (const char* n : names)
+      if (fs::exists(d / n)) files.push_back((d / n).string());
+  return files;
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std::ostream& log) {
+  const ModelConfig model_config = resolve_model_config(c);
+  DeviceContext device(c.device, c.num_threads);
+  Context& ctx = device.get();
+  const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
+  const Recipe recipe = make_recipe(precision, ctx.device, c.master_weights);
+
+  // Data first: a bad dataset should fail before any large allocation.
+  data::DataLoaderConfig data_config;
+  data_config.paths = c.train_data;
+  data_config.seq_len = c.sequence_len;
+  data_config.vocab_size = model_config.vocab_size;
+  data_config.val_fraction = c.val_fraction;
+  data_config.seed = c.seed;
+  data::DataLoader loader(data_config);
+
+  prepare_output_dir(c, options);
+
+  // Memory plan, printed and checked before anything is allocated.
+  const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
+  const auto use = Transformer::estimate_memory(model_config, recipe, B, T, c.logits_chunk_tokens);
+  const int64_t P = total_numel(plan_parameters(model_config));
+  const int64_t state_bytes = AdamW::estimate_state_bytes(P, recipe), master_bytes = AdamW::estimate_master_bytes(P, recipe);
+  const int64_t scratch_bytes = ctx.device == Device::cuda ? (int64_t{32} << 20) : 0;
+  const int64_t total = use.params + use.grads + use.activations + state_bytes + master_bytes + scratch_bytes;
+  log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
+      << "device " << device.description() << ", precision " << recipe.name << "\n"
+      << "data: " << loader.summary() << "\n"
+      << "memory plan: params " << format_bytes(use.params) << " | grads " << format_bytes(use.grads)
+      << " | master " << format_bytes(master_bytes) << " | optimizer " << format_bytes(state_bytes)
+      << " | activations " << format_bytes(use.activations) << " | scratch " << format_bytes(scratch_bytes)
+      << " | total " << format_bytes(total) << "\n";
+  int64_t available = 0;
+#ifdef INGOT_HAVE_CUDA
+  if (ctx.device == Device::cuda) available = cuda::device_memory_free();
+#endif
+  if (ctx.device == Device::cpu) available = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (available > 0 && total > available)
+    fail("the run needs ", format_bytes(total), " but only ", format_bytes(available), " is available on ",
+         device.description(), "; reduce micro_batch_size or sequence_len");
+
+  Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens);
+  if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
+  else model.init_random(c.seed);
+  AdamWConfig adam;
+  adam.beta1 = c.adam_beta1;
+  adam.beta2 = c.adam_beta2;
+  adam.eps = c.adam_epsilon;
+  adam.weight_decay = c.weight_decay;
+  adam.max_grad_norm = c.max_grad_norm;
+  adam.decay_norms = c.weight_decay_norms;
+  adam.decay_biases = c.weight_decay_biases;
+  adam.decay_embeddings = c.weight_decay_embeddings;
+  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+
+  LrSchedule schedule;
+  schedule.type = c.lr_scheduler_type;
+  schedule.peak = c.learning_rate;
+  schedule.warmup_steps = c.warmup_steps;
+  schedule.total_steps = c.max_steps;
+  schedule.min_lr_ratio = c.min_lr_ratio;
+  schedule.decay_ratio = c.wsd_decay_ratio;
+
+  int64_t start_step = 0;
+  if (options.resume) {
+    const std::string dir = list_checkpoints(c.output_dir).back();
+    const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
+    start_step = state.at("step").get<int64_t>();
+    loader.restore_state(state.at("data"));
+    log << "resumed from " << dir << " at step " << start_step << "\n";
+  }
+  MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
+
+  // Host staging for one optimizer step's micro-batches: (accum, B, T) each.
+  const int64_t rows = B * T;
+  std::vector<int32_t> inputs(accum * rows), targets(accum * rows), positions(accum * rows), segments(accum * rows);
+  auto buffers_at = [&](int64_t micro) {
+    data::BatchBuffers b;
+    b.input_ids = inputs.data() + micro * rows;
+    b.targets = targets.data() + micro * rows;
+    b.positions = positions.data() + micro * rows;
+    b.segment_ids = segments.data() + micro * rows;
+    return b;
+  };
+  auto batch_at = [&](int64_t micro) {
+    HostBatch hb;
+    hb.input_ids = inputs.data() + micro * rows;
+    hb.targets = targets.data() + micro * rows;
+    hb.positions = positions.data() + micro * rows;
+    return hb;
+  };
+
+  data::ValIterator val = loader.validation();
+  auto evaluate = [&]() -> double {
+    if (loader.num_val_windows() == 0) return -1;
+    val.reset();
+    double loss_sum = 0;
+    int64_t count = 0, batches = 0;
+    while (!val.done() && (c.eval_max_batches == 0 || batches < c.eval_max_batches)) {
+      if (val.next_batch(B, buffers_at(0)) == 0) break;
+      for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
+      model.load_batch(batch_at(0));
+      loss_sum += model.forward_loss();
+      ++batches;
+    }
+    return count ? loss_sum / static_cast<double>(count) : -1;
+  };
+
+  auto save = [&](int64_t step) {
+    CheckpointContents contents;
+    contents.step = step;
+    contents.trainer_state = {{"step", step}, {"data", loader.save_state()}, {"seed", c.seed},
+                              {"max_steps", c.max_steps}, {"learning_rate", c.learning_rate},
+                              {"lr_scheduler_type", c.lr_scheduler_type}, {"precision", recipe.name},
+                              {"config_source", c.source}};
+    save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c), c.save_total_limit);
+    metrics.write_plot();
+  };
+
+  TrainResult result;
+  const auto t_start = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto t_window = t_start;
+  int64_t window_steps = 0;
+  const double elapsed_before = metrics.records().empty() ? 0.0 : metrics.records().back().elapsed_s;
+
+  for (int64_t step = start_step; step < c.max_steps; ++step) {
+    // The loss is the mean over all unmasked targets of the whole accumulated batch, so every
+    // micro-batch's gradient is scaled by the same 1/count.
+    for (int64_t micro = 0; micro < accum; ++micro) loader.next_batch(B, buffers_at(micro));
+    int64_t count = 0;
+    for (int32_t t : targets) count += t != ops::kIgnoreIndex;
+    const double dloss_scale = count ? 1.0 / static_cast<double>(count) : 0.0;
+    double loss_sum = 0;
+    ops::zero(ctx, model.grads());
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      model.load_batch(batch_at(micro));
+      loss_sum += model.forward_backward(dloss_scale);
+    }
+    const double lr = schedule.at(step);
+    const double grad_norm = optimizer.step(model.weights(), model.grads(), lr, step + 1);
+    const double loss = count ? loss_sum / static_cast<double>(count) : 0.0;
+    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
+    ++window_steps;
+    const int64_t done = step + 1;
+    result.final_loss = loss;
+
+    const bool last = done == c.max_steps;
+    const bool do_eval = last || (c.eval_steps > 0 && done % c.eval_steps == 0);
+    const bool do_log = last || done % c.logging_steps == 0 || do_eval;
+    if (do_log) {
+      const double window_s = seconds_since(t_window);
+      const double elapsed = elapsed_before + seconds_since(t_start);
+      MetricsRecord r;
+      r.step = done;
+      r.loss = loss;
+      r.lr = lr;
+      r.grad_norm = grad_norm;
+      r.tokens_per_s = static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9);
+      r.elapsed_s = elapsed;
+      if (do_eval) {
+        const double v = evaluate();
+        if (v >= 0) r.val_loss = v, result.final_val_loss = v;
+      }
+      const double per_step = seconds_since(t_start) / static_cast<double>(done - start_step);
+      char line[320];
+      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | elapsed %s | eta %s",
+                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, grad_norm,
+                    r.tokens_per_s, format_duration(elapsed).c_str(),
+                    format_duration(per_step * static_cast<double>(c.max_steps - done)).c_str());
+      log << line;
+      if (r.val_loss) log << " | val_loss " << *r.val_loss;
+      log << std::endl;
+      metrics.append(r);
+      t_window = std::chrono::steady_clock::now();
+      window_steps = 0;
+    }
+    if (last || (c.save_steps > 0 && done % c.save_steps == 0)) save(done);
+    result.steps = done;
+  }
+  if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
+  const auto checkpoints = list_checkpoints(c.output_dir);
+  if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();
+  return result;
+}
+
+}  // namespace ingot

@@ -1,0 +1,38 @@
+// The training loop: plan memory, build the model and optimizer, then step until max_steps,
+// logging, evaluating and checkpointing as the config says. Resuming continues bit for bit.
+#pragma once
+#include <iosfwd>
+#include <memory>
+#include <string>
+
+#include "ingot/core/context.h"
+#include "ingot/train/train_config.h"
+
+namespace ingot {
+
+struct TrainOptions {
+  bool resume = false;      // continue from the newest checkpoint in output_dir
+  bool overwrite = false;   // replace a run already in output_dir
+};
+
+struct TrainResult {
+  int64_t steps = 0;
+  double final_loss = 0, final_val_loss = -1;  // -1: no validation data
+  std::string checkpoint_dir;
+};
+
+TrainResult run_training(const TrainConfig& config, const TrainOptions& options, std::ostream& log);
+
+// A Context for the requested device ("auto" | "cpu" | "cuda"); owns CUDA state when used.
+class DeviceContext {
+ public:
+  DeviceContext(const std::string& device, int64_t num_threads);
+  ~DeviceContext();
+  Context& get() { return ctx_; }
+  std::string description() const;
+
+ private:
+  Context ctx_;
+};
+
+}  // namespace ingot
