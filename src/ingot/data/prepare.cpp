@@ -168,7 +168,9 @@ std::string PrepareReport::to_string() const {
   std::ostringstream s;
   s << "prepare: " << num_documents << " documents, " << num_tokens << " tokens from " << num_files
     << " files into " << shards.size() << " shard(s) in " << output_dir;
-  if (skipped_binary_files) s << "\nprepare: skipped " << skipped_binary_files << " binary files";
+  if (skipped_binary_files)
+    s << "\nprepare: skipped " << skipped_binary_files
+      << " binary files (the first: " << first_skipped_binary_file << ")";
   if (skipped_json_lines)
     s << "\nprepare: skipped " << skipped_json_lines << " invalid JSONL lines";
   return s.str();
@@ -230,8 +232,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
 
       const std::string content = read_file(input.path);
       if (input.from_directory && content.find('\0') != std::string::npos) {
-        ++report.skipped_binary_files;
-        if (options.log) *options.log << "prepare: skipping binary file " << name << "\n";
+        if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
         continue;
       }
       ++report.num_files;

@@ -42,10 +42,11 @@ struct PreparedShard {
 };
 
 struct PrepareReport {
-  int64_t num_files = 0;      // input files read
-  int64_t num_documents = 0;  // documents encoded
-  int64_t num_tokens = 0;     // tokens written, separators included
-  int64_t skipped_binary_files = 0;
+  int64_t num_files = 0;             // input files read
+  int64_t num_documents = 0;         // documents encoded
+  int64_t num_tokens = 0;            // tokens written, separators included
+  int64_t skipped_binary_files = 0;  // found in a directory and holding a NUL byte
+  std::string first_skipped_binary_file;
   int64_t skipped_json_lines = 0;  // only with skip_invalid_json
   std::vector<PreparedShard> shards;
   std::string output_dir;
