@@ -327,6 +327,15 @@ std::vector<double> Transformer::forward_logits() {
   return all;
 }
 
+std::vector<double> Transformer::forward_last_logits() {
+  forward();
+  Activations& s = *acts_;
+  const int64_t N = s.lnf.dim(0);
+  const Tensor logits = s.logits.slice_rows(0, 1);
+  ops::linear_forward(ctx_, logits, s.lnf.slice_rows(N - 1, N), params_.lm_head, Tensor());
+  return to_host_doubles(ctx_, logits);
+}
+
 Transformer::MemoryUse Transformer::memory_use() const {
   return {param_arena_->capacity(), grad_arena_->capacity(), activation_arena_->capacity()};
 }

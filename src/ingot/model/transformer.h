@@ -58,6 +58,8 @@ class Transformer {
   double forward_loss();
   // Forward only; writes logits (tokens, V) of the loaded batch to the host, as doubles.
   std::vector<double> forward_logits();
+  // Forward only; the logits (V) of the last loaded token (generation).
+  std::vector<double> forward_last_logits();
 
   // Bytes per arena category, for the start-up budget (params, grads, activations).
   struct MemoryUse { int64_t params, grads, activations; };

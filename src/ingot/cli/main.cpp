@@ -1,0 +1,202 @@
+// `ingot`: the command-line front end. Each subcommand parses its flags and calls the library;
+// every ingot::Error becomes one "error: ..." line on stderr and exit status 1.
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <iostream>
+#include <unistd.h>
+
+#include <yaml-cpp/exceptions.h>
+
+#include "ingot/core/arena.h"
+#include "ingot/core/error.h"
+#include "ingot/data/bpe_tokenizer.h"
+#include "ingot/data/byte_tokenizer.h"
+#include "ingot/data/prepare.h"
+#include "ingot/io/hf_model.h"
+#include "ingot/model/transformer.h"
+#include "ingot/optim/adamw.h"
+#include "ingot/train/checkpoint.h"
+#include "ingot/train/generate.h"
+#include "ingot/train/trainer.h"
+
+namespace fs = std::filesystem;
+using namespace ingot;
+
+namespace {
+
+int command_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool overwrite) {
+  if (resume && overwrite) fail("--resume and --overwrite exclude each other");
+  const TrainConfig config = load_train_config(config_path, overrides);
+  TrainOptions options;
+  options.resume = resume;
+  options.overwrite = overwrite;
+  const TrainResult result = run_training(config, options, std::cout);
+  std::cout << "done: " << result.steps << " steps, final loss " << result.final_loss;
+  if (result.final_val_loss >= 0) std::cout << ", val_loss " << result.final_val_loss;
+  std::cout << "\ncheckpoint: " << result.checkpoint_dir << "\nmetrics: " << (fs::path(config.output_dir) / "metrics.jsonl").string()
+            << "\nplot: " << (fs::path(config.output_dir) / "loss.svg").string() << "\n";
+  return 0;
+}
+
+int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision) {
+  const std::string dir = resolve_model_dir(model_dir);
+  const ModelConfig c = load_model_config(dir);
+  const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
+  const Recipe recipe = make_recipe(precision, device, true);
+  const auto use = Transformer::estimate_memory(c, recipe, micro_batch, seq);
+  const int64_t P = total_numel(plan_parameters(c));
+  const int64_t master = AdamW::estimate_master_bytes(P, recipe), state = AdamW::estimate_state_bytes(P, recipe);
+  std::cout << "model:            " << dir << "\n"
+            << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
+            << ", MLP " << c.intermediate_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads
+            << " of dim " << c.head_dim << ", vocab " << c.vocab_size << ")\n"
+            << "options:          tied embeddings " << (c.tie_word_embeddings ? "yes" : "no") << ", qkv bias "
+            << (c.attention_bias ? "yes" : "no") << ", qk-norm " << (c.qk_norm ? "yes" : "no") << ", rope_theta "
+            << c.rope_theta << (c.rope_scaling.enabled ? ", llama3 rope scaling" : "") << "\n"
+            << "parameters:       " << count_parameters(c) << " (matmul weights " << count_matmul_parameters(c) << ")\n"
+            << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << precision << ":\n"
+            << "  params " << format_bytes(use.params) << ", grads " << format_bytes(use.grads) << ", master "
+            << format_bytes(master) << ", optimizer " << format_bytes(state) << ", activations "
+            << format_bytes(use.activations) << "\n"
+            << "  total " << format_bytes(use.params + use.grads + master + state + use.activations) << "\n";
+  return 0;
+}
+
+int command_export(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
+                   const std::string& max_shard, bool overwrite) {
+  const std::string dir = resolve_model_dir(source);
+  const ModelConfig config = load_model_config(dir);
+  const DType dtype = io::parse_disk_dtype(dtype_name);
+  const int64_t max_shard_bytes = io::parse_byte_size(max_shard);
+  if (fs::exists(out_dir) && !fs::is_empty(out_dir) && !overwrite)
+    fail("export: ", out_dir, " exists and is not empty; pass --overwrite to replace it");
+  Context ctx;
+  const auto entries = plan_parameters(config);
+  std::vector<float> host(static_cast<size_t>(total_numel(entries)), 0.0f);
+  Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
+  io::load_hf_weights(ctx, dir, entries, flat);
+  // Build next to the destination, then swap it in: a failed export leaves no half directory.
+  const fs::path target = fs::absolute(out_dir);
+  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  io::save_hf_model(tmp.string(), config, entries, flat, dtype, max_shard_bytes);
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
+    if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, tmp / name);
+  fs::remove_all(target);
+  fs::rename(tmp, target);
+  std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
+  return 0;
+}
+
+int command_prepare(data::PrepareOptions options, const std::string& tokenizer_path) {
+  options.log = &std::cout;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  if (tokenizer_path.empty() || tokenizer_path == "byte") tokenizer = std::make_unique<data::ByteTokenizer>();
+  else tokenizer = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tokenizer_path));
+  const data::PrepareReport report = data::prepare_dataset(options, *tokenizer);
+  std::cout << report.to_string();
+  if (!tokenizer_path.empty() && tokenizer_path != "byte") {
+    // Keep the tokenizer beside the shards so training runs and checkpoints can carry it.
+    const fs::path src = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path) / "tokenizer.json" : fs::path(tokenizer_path);
+    fs::copy_file(src, fs::path(options.output_dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
+    const fs::path config = src.parent_path() / "tokenizer_config.json";
+    if (fs::exists(config))
+      fs::copy_file(config, fs::path(options.output_dir) / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Ingot: train Llama-family language models (see README.md)", "ingot"};
+  app.require_subcommand(1);
+
+  auto* train = app.add_subcommand("train", "train a model from a YAML config");
+  std::string config_path;
+  std::vector<std::string> overrides;
+  bool resume = false, overwrite = false, list_keys = false;
+  train->add_option("config", config_path, "YAML config (keys: docs/config.md)");
+  train->add_option("--set", overrides, "override a config key: --set key=value (repeatable)");
+  train->add_flag("--resume", resume, "continue from the newest checkpoint in output_dir");
+  train->add_flag("--overwrite", overwrite, "replace a run already in output_dir");
+  train->add_flag("--list-keys", list_keys, "print every config key with its default and exit");
+
+  auto* prepare = app.add_subcommand("prepare", "tokenize text or JSONL into token shards");
+  data::PrepareOptions prep;
+  std::string tokenizer_path = "byte";
+  prepare->add_option("inputs", prep.inputs, "text files, JSONL files or directories")->required();
+  prepare->add_option("-o,--output", prep.output_dir, "output directory for the shards")->required();
+  prepare->add_option("--tokenizer", tokenizer_path, "\"byte\" (default) or a tokenizer.json");
+  prepare->add_option("--doc-separator", prep.doc_separator, "plain text: a line that separates documents (e.g. %)");
+  prepare->add_option("--text-field", prep.text_field, "JSONL: the field holding the text (default: text)");
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");
+  prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
+  prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
+
+  auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
+  GenerateOptions gen;
+  generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
+  generate->add_option("--prompt", gen.prompt, "text to continue");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)");
+  generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)");
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)");
+  generate->add_option("--seed", gen.seed, "sampling seed (default 0)");
+  generate->add_option("--device", gen.device, "auto | cpu | cuda");
+  generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json (default: the model's, else bytes)");
+
+  auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
+  std::string export_source, export_out, export_dtype = "f32", max_shard = "5GB";
+  bool export_overwrite = false;
+  export_cmd->add_option("checkpoint", export_source, "checkpoint or model directory, or a run's output_dir")->required();
+  export_cmd->add_option("output", export_out, "directory to write")->required();
+  export_cmd->add_option("--dtype", export_dtype, "f32 (default, lossless), bf16 or f16");
+  export_cmd->add_option("--max-shard-size", max_shard, "shard above this size (default 5GB)");
+  export_cmd->add_flag("--overwrite", export_overwrite, "replace a non-empty output directory");
+
+  auto* info = app.add_subcommand("info", "describe a model and its training memory");
+  std::string info_dir, info_precision = "fp32";
+  int64_t info_seq = 2048, info_batch = 1;
+  info->add_option("model", info_dir, "model or checkpoint directory")->required();
+  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)");
+  info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)");
+  info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*train) {
+      if (list_keys) {
+        for (const ConfigKeyInfo& k : train_config_keys())
+          std::cout << k.name << " (default " << k.default_value << "): " << k.help << "\n";
+        return 0;
+      }
+      if (config_path.empty()) fail("train: a CONFIG.yaml is required");
+      return command_train(config_path, overrides, resume, overwrite);
+    }
+    if (*prepare) return command_prepare(prep, tokenizer_path);
+    if (*generate) {
+      generate_text(gen, &std::cout);
+      return 0;
+    }
+    if (*export_cmd) return command_export(export_source, export_out, export_dtype, max_shard, export_overwrite);
+    if (*info) return command_info(info_dir, info_seq, info_batch, info_precision);
+  } catch (const Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const YAML::Exception& e) {
+    std::cerr << "error: YAML: " << e.what() << "\n";
+    return 1;
+  } catch (const fs::filesystem_error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
