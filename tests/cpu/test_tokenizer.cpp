@@ -1,0 +1,324 @@
+// BpeTokenizer: parity with Hugging Face `tokenizers` (ids exact, decode exact), round trips,
+// multi-threaded determinism, NFC, and the errors for unsupported tokenizer.json files.
+// The expected ids come from tools/tokenizer_parity.py, run at test time (it trains the small
+// tokenizers into the test's temp dir); the tests skip when Python lacks `tokenizers`.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/core/error.h"
+#include "ingot/data/bpe_tokenizer.h"
+#include "ingot/data/unicode_nfc.h"
+#include "test_util.h"
+
+namespace ingot::data {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string qwen3_dir() { return (fs::path(test::source_dir()) / ".." / "shared" / "data" / "tokenizers" / "qwen3").string(); }
+bool have_qwen3() { return fs::exists(fs::path(qwen3_dir()) / "tokenizer.json"); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs tools/tokenizer_parity.py once per test binary. Returns null (and sets *why) to skip.
+const json* parity_data(std::string* why) {
+  static json data;
+  static std::string skip_reason;
+  static bool done = false;
+  if (!done) {
+    done = true;
+    std::string output;
+    if (test::run_command("python3 -c 'import tokenizers'", &output) != 0) {
+      skip_reason = "python3 with the `tokenizers` package is needed (pip install tokenizers==0.22.1): " + output;
+    } else {
+      const std::string dir = test::temp_dir("tokenizer_parity");
+      std::string command = "python3 '" + test::source_dir() + "/tools/tokenizer_parity.py' --out '" + dir + "'";
+      if (have_qwen3()) command += " --qwen3 '" + qwen3_dir() + "'";
+      if (test::run_command(command, &output) != 0) {
+        skip_reason = "FAILED:" + output;
+      } else {
+        data = json::parse(read_file(dir + "/parity.json"));
+      }
+    }
+  }
+  if (!skip_reason.empty()) {
+    *why = skip_reason;
+    return nullptr;
+  }
+  return &data;
+}
+
+struct ParityCount {
+  int cases = 0, id_mismatches = 0, decode_mismatches = 0, round_trip_failures = 0;
+};
+
+ParityCount check_config(const json& config) {
+  const std::string name = config["name"];
+  BpeTokenizer tok = BpeTokenizer::from_file(config["path"].get<std::string>() + "/tokenizer.json");
+  EXPECT_EQ(tok.eos_id(), config["eos_id"].get<int32_t>()) << name;
+  ParityCount count;
+  std::vector<std::string> texts;
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& c : config["cases"]) {
+    const std::string text = c["text"];
+    const auto expected = c["ids"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text);
+    ++count.cases;
+    if (got != expected) {
+      if (++count.id_mismatches <= 5) {
+        std::ostringstream e, g;
+        for (int32_t x : expected) e << x << ' ';
+        for (int32_t x : got) g << x << ' ';
+        ADD_FAILURE() << name << ": ids differ for " << json(text).dump() << "\n  expected " << e.str()
+                      << "\n  got      " << g.str();
+      }
+    }
+    if (tok.decode(expected) != c["decoded"].get<std::string>() ||
+        tok.decode(expected, true) != c["decoded_skip"].get<std::string>()) {
+      if (++count.decode_mismatches <= 5)
+        ADD_FAILURE() << name << ": decode differs for " << json(text).dump() << ": got "
+                      << json(tok.decode(expected)).dump();
+    }
+    // Round trip: exact for NFC text (NFC tokenizers normalize first), except where the config
+    // adds a prefix space or an lstrip/rstrip added token ("<mask>" in llama3) absorbs spaces.
+    const bool lossy = name == "gpt2_prefix" || (name == "llama3" && text.find("<mask>") != std::string::npos);
+    if (!lossy && nfc_normalize(text) == text && tok.decode(got) != text) {
+      if (++count.round_trip_failures <= 5)
+        ADD_FAILURE() << name << ": decode(encode(x)) != x for " << json(text).dump();
+    }
+    texts.push_back(text);
+    ids.push_back(got);
+  }
+  // Batch encoding over threads gives the same ids as one-by-one encoding.
+  std::vector<std::string_view> views(texts.begin(), texts.end());
+  EXPECT_EQ(tok.encode_batch(views, 3), ids) << name;
+  std::printf("[parity] %-12s %d cases, %d id mismatches, %d decode mismatches, %d round-trip failures\n",
+              name.c_str(), count.cases, count.id_mismatches, count.decode_mismatches,
+              count.round_trip_failures);
+  return count;
+}
+
+TEST(BpeTokenizerParity, TrainedLlama3Qwen2Gpt2MatchHfTokenizers) {
+  std::string why;
+  const json* data = parity_data(&why);
+  if (!data) {
+    if (why.rfind("FAILED:", 0) == 0) FAIL() << "tools/tokenizer_parity.py failed: " << why;
+    GTEST_SKIP() << why;
+  }
+  int configs = 0;
+  for (const auto& config : (*data)["configs"]) {
+    if (config["name"] == "qwen3") continue;
+    const ParityCount count = check_config(config);
+    EXPECT_EQ(count.id_mismatches, 0);
+    EXPECT_GT(count.cases, 400);
+    ++configs;
+  }
+  EXPECT_EQ(configs, 4);
+}
+
+TEST(BpeTokenizerParity, RealQwen3MatchesHfTokenizers) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared/data/tokenizers/qwen3)";
+  std::string why;
+  const json* data = parity_data(&why);
+  if (!data) {
+    if (why.rfind("FAILED:", 0) == 0) FAIL() << "tools/tokenizer_parity.py failed: " << why;
+    GTEST_SKIP() << why;
+  }
+  bool found = false;
+  for (const auto& config : (*data)["configs"]) {
+    if (config["name"] != "qwen3") continue;
+    found = true;
+    const ParityCount count = check_config(config);
+    EXPECT_EQ(count.id_mismatches, 0);
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(BpeTokenizer, Qwen3VocabSpecialTokensAndEos) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir();
+  BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir());
+  EXPECT_EQ(tok.vocab_size(), 151669);
+  EXPECT_EQ(tok.token_to_id("<|im_end|>"), 151645);
+  EXPECT_EQ(tok.eos_id(), 151645);
+  EXPECT_EQ(tok.token_to_id("Ġthe"), 279);
+  EXPECT_EQ(tok.token_to_id("no such token"), -1);
+  EXPECT_TRUE(tok.is_special(151643));
+  const std::string chat = "<|im_start|>user\nhi<|im_end|>";
+  const auto ids = tok.encode(chat);
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 151644);
+  EXPECT_EQ(ids.back(), 151645);
+  EXPECT_EQ(tok.decode(ids), chat);
+  EXPECT_EQ(tok.decode(ids, /*skip_special_tokens=*/true), "user\nhi");
+  tok.set_encode_special_tokens(true);
+  const auto plain = tok.encode(chat);
+  EXPECT_GT(plain.size(), ids.size());
+  for (int32_t id : plain) EXPECT_FALSE(tok.is_special(id));
+  EXPECT_EQ(tok.decode(plain), chat);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{-1}), Error);
+  EXPECT_THROW(tok.decode(std::vector<int32_t>{151669}), Error);
+}
+
+TEST(BpeTokenizer, Qwen3EncodeBatchIsDeterministicAcrossThreads) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir();
+  BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir() + "/tokenizer.json");
+  std::vector<std::string> docs;
+  for (int i = 0; i < 200; ++i) {
+    std::string d;
+    for (int j = 0; j < 50 + i; ++j) d += "word" + std::to_string(i * j) + (j % 7 == 0 ? "\n\n" : " ") + "中文 ";
+    docs.push_back(d);
+  }
+  std::vector<std::string_view> views(docs.begin(), docs.end());
+  const auto one = tok.encode_batch(views, 1);
+  EXPECT_EQ(tok.encode_batch(views, 2), one);
+  EXPECT_EQ(tok.encode_batch(views, 8), one);
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(tok.decode(one[i]), docs[i]);
+}
+
+TEST(BpeTokenizer, InvalidUtf8IsAnError) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir();
+  BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir());
+  try {
+    tok.encode(std::string("ok \xC3\x28 bad"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("invalid UTF-8 at byte 3"), std::string::npos) << e.what();
+  }
+  // Decoding a lone byte of a multi-byte char gives U+FFFD, as `tokenizers` does.
+  const int32_t first_byte = tok.token_to_id("Ã");
+  ASSERT_GE(first_byte, 0);
+  EXPECT_EQ(tok.decode(std::vector<int32_t>{first_byte}), "\xEF\xBF\xBD");
+}
+
+// A minimal tokenizer.json; `patch` edits it before writing.
+std::string write_tokenizer(const std::string& dir, const std::function<void(json&)>& patch) {
+  json vocab = json::object();
+  const char* chars[] = {"a", "b", "ab", "Ġ"};
+  for (int i = 0; i < 4; ++i) vocab[chars[i]] = i;
+  json root = {
+      {"version", "1.0"},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({"a b"})}}},
+  };
+  patch(root);
+  const std::string path = dir + "/tokenizer.json";
+  std::ofstream(path) << root.dump();
+  return path;
+}
+
+void expect_load_error(const std::string& name, const std::function<void(json&)>& patch,
+                       const std::vector<std::string>& needles) {
+  const std::string dir = test::temp_dir("tokenizer_errors_" + name);
+  const std::string path = write_tokenizer(dir, patch);
+  try {
+    BpeTokenizer::from_file(path);
+    ADD_FAILURE() << name << ": expected ingot::Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << name << ": " << message;
+    for (const auto& needle : needles)
+      EXPECT_NE(message.find(needle), std::string::npos) << name << ": \"" << needle << "\" not in: " << message;
+  }
+}
+
+TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
+  expect_load_error("wordpiece", [](json& r) { r["model"]["type"] = "WordPiece"; }, {"model type", "WordPiece"});
+  expect_load_error("unigram", [](json& r) { r["model"] = {{"type", "Unigram"}, {"vocab", json::array()}}; },
+                    {"model type", "Unigram"});
+  expect_load_error("byte_fallback", [](json& r) { r["model"]["byte_fallback"] = true; }, {"byte_fallback"});
+  expect_load_error("metaspace", [](json& r) { r["pre_tokenizer"] = {{"type", "Metaspace"}}; },
+                    {"pre_tokenizer", "Metaspace"});
+  expect_load_error("nfkc", [](json& r) { r["normalizer"] = {{"type", "NFKC"}}; }, {"normalizer", "NFKC"});
+  expect_load_error("decoder", [](json& r) { r["decoder"] = {{"type", "WordPiece"}}; }, {"decoder", "WordPiece"});
+  expect_load_error("behavior", [](json& r) {
+    r["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({
+        {{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "MergedWithNext"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"use_regex", false}}})}};
+  }, {"Split", "MergedWithNext"});
+  expect_load_error("bad_merge", [](json& r) { r["model"]["merges"] = json::array({"a c"}); }, {"merge 0", "not in the vocab"});
+  expect_load_error("bad_regex", [](json& r) {
+    r["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  }, {"regex"});
+  expect_load_error("not_json", [](json& r) { r = "{"; }, {});  // writes a JSON string: no "model"
+  EXPECT_THROW(BpeTokenizer::from_file("/nonexistent/tokenizer.json"), Error);
+}
+
+TEST(BpeTokenizer, MergesAsStringsOrPairsAndUnknownBytesDropped) {
+  const std::string dir = test::temp_dir("tokenizer_minimal");
+  for (bool pairs : {false, true}) {
+    BpeTokenizer tok = BpeTokenizer::from_file(write_tokenizer(dir, [&](json& r) {
+      if (pairs) r["model"]["merges"] = json::array({json::array({"a", "b"})});
+    }));
+    EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{2, 2}));
+    EXPECT_EQ(tok.encode("ab ba"), (std::vector<int32_t>{2, 3, 1, 0}));
+    EXPECT_EQ(tok.encode("xyz"), std::vector<int32_t>{});  // no byte tokens, no unk: dropped
+    EXPECT_EQ(tok.eos_id(), -1);
+    EXPECT_EQ(tok.name(), "bpe");
+  }
+}
+
+TEST(BpeTokenizer, NfcNormalization) {
+  EXPECT_EQ(nfc_normalize("cafe\xCC\x81"), "caf\xC3\xA9");                 // e + U+0301 -> é
+  EXPECT_EQ(nfc_normalize("A\xCC\x8A"), "\xC3\x85");                       // A + ring -> Å
+  EXPECT_EQ(nfc_normalize("\xE2\x84\xAB"), "\xC3\x85");                    // Angstrom sign -> Å
+  EXPECT_EQ(nfc_normalize("\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8"), "\xEA\xB0\x81");  // jamo -> 각
+  EXPECT_EQ(nfc_normalize("e\xCC\x82\xCC\xA3"), "\xE1\xBB\x87");           // e + circumflex + dot below -> ệ
+  EXPECT_EQ(nfc_normalize("\xEF\xAC\x81"), "\xEF\xAC\x81");                // ﬁ: compatibility only, kept
+  EXPECT_TRUE(nfc_is_normalized("plain ASCII, 中文, 😀"));
+  EXPECT_FALSE(nfc_is_normalized("e\xCC\x81"));
+  EXPECT_EQ(utf8_find_invalid("ok"), std::string_view::npos);
+  EXPECT_EQ(utf8_find_invalid("a\xED\xA0\x80"), 1u);  // surrogate
+  EXPECT_EQ(utf8_find_invalid("ab\xC0\xAF"), 2u);     // overlong
+  EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98"), "a\xEF\xBF\xBD");
+}
+
+// Throughput on a text file: set INGOT_TOKENIZER_BENCH_TEXT and optionally _JSON (default: Qwen3)
+// and _THREADS. bench/tokenizer_bench.py runs this and HF `tokenizers` on the same text.
+TEST(BpeTokenizer, DISABLED_Bench) {
+  const char* text_path = std::getenv("INGOT_TOKENIZER_BENCH_TEXT");
+  if (!text_path) GTEST_SKIP() << "set INGOT_TOKENIZER_BENCH_TEXT";
+  const char* json_path = std::getenv("INGOT_TOKENIZER_BENCH_JSON");
+  const char* threads_env = std::getenv("INGOT_TOKENIZER_BENCH_THREADS");
+  const int threads = threads_env ? std::atoi(threads_env) : 1;
+  BpeTokenizer tok = BpeTokenizer::from_file(json_path ? json_path : qwen3_dir());
+  const std::string text = read_file(text_path);
+  std::vector<std::string_view> docs;  // documents are separated by blank lines
+  for (size_t pos = 0; pos < text.size();) {
+    size_t end = text.find("\n\n", pos);
+    end = end == std::string::npos ? text.size() : end + 2;
+    docs.push_back(std::string_view(text).substr(pos, end - pos));
+    pos = end;
+  }
+  double best = 1e30;
+  size_t tokens = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto ids = tok.encode_batch(docs, threads);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::min(best, s);
+    tokens = 0;
+    for (const auto& d : ids) tokens += d.size();
+  }
+  std::printf("BENCH ingot threads=%d bytes=%zu docs=%zu tokens=%zu seconds=%.4f MB/s=%.2f\n", threads,
+              text.size(), docs.size(), tokens, best, text.size() / best / 1e6);
+}
+
+}  // namespace
+}  // namespace ingot::data
