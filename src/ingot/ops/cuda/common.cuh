@@ -127,6 +127,26 @@ __device__ __forceinline__ void store8(float* p, const float (&f)[8]) {
   reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
 
+// VEC elements (8: one 16-byte bf16 access; 1: scalar fallback for odd row lengths).
+template <int VEC, typename T>
+__device__ __forceinline__ void load_vec(const T* p, float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    load8(p, f);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) f[k] = to_f32(p[k]);
+  }
+}
+template <int VEC, typename T>
+__device__ __forceinline__ void store_vec(T* p, const float (&f)[VEC]) {
+  if constexpr (VEC == 8) {
+    store8(p, f);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) p[k] = from_f32<T>(f[k]);
+  }
+}
+
 // ---- reductions with a fixed tree (bitwise reproducible) -------------------------------------
 __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
@@ -152,4 +172,12 @@ __device__ __forceinline__ float block_sum(float x, float* shared) {
   return total;
 }
 
+}  // namespace ingot::cuda
+
+namespace ingot::cuda {
+// dweight (C) += sum over g < G of partial (G, ld)[:, :C] f32, summed in g order
+// (deterministic). dweight is bf16 or f32. Defined in rmsnorm.cu; used by every op with
+// per-block partial sums.
+void column_partials_accumulate(CudaState& state, Tensor dweight, const float* partial, int64_t G,
+                                int64_t C, int64_t ld, const char* op);
 }  // namespace ingot::cuda

@@ -1,0 +1,226 @@
+// Qwen3 per-head RMSNorm of q and k inside packed qkv (N,Htot,D), Htot = Hq + 2*Hkv; v heads pass
+// through. rstd (N, Hq+Hkv) f32.
+// Invariants:
+//   - One warp per (token, head) row of D elements; lane owns d = lane + 32k (k < P, D <= 256), so
+//     warp accesses are coalesced and the row lives in registers.
+//   - Backward: din OVERWRITES. dq_weight/dk_weight accumulate deterministically: a fixed set of
+//     GW warps (GW from N and the SM count) each owns the tokens n = gw, gw+GW, ... and sums its
+//     rows in (n, h) order into an f32 partial (GW, 2D); column_partials_accumulate then adds the
+//     GW partials in order.
+#include "ingot/ops/cuda/common.cuh"
+#include "ingot/ops/cuda/cuda_ops.h"
+
+namespace ingot::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps
+constexpr int kWarps = kThreads / 32;
+
+template <int P, typename T>
+__global__ void __launch_bounds__(kThreads) qk_norm_forward_kernel(T* out, float* rstd, const T* in, const T* q_weight,
+                                       const T* k_weight, int64_t N, int Hq, int Hkv, int D,
+                                       float eps) {
+  const int lane = threadIdx.x & 31;
+  const int Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
+  const int64_t rows = N * Htot;
+  for (int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5); row < rows;
+       row += int64_t(gridDim.x) * kWarps) {
+    const int64_t n = row / Htot;
+    const int h = int(row % Htot);
+    const T* x_row = in + row * D;
+    T* y_row = out + row * D;
+    if (h >= Hn) {  // v head: copied through
+      for (int d = lane; d < D; d += 32) y_row[d] = x_row[d];
+      continue;
+    }
+    const T* w = h < Hq ? q_weight : k_weight;
+    float x[P];
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int d = lane + 32 * k;
+      x[k] = d < D ? to_f32(x_row[d]) : 0.f;
+      sum_sq += x[k] * x[k];
+    }
+    sum_sq = warp_sum(sum_sq);
+    const float r = rsqrtf(sum_sq / float(D) + eps);
+    if (lane == 0) rstd[n * Hn + h] = r;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) y_row[d] = from_f32<T>(x[k] * r * to_f32(w[d]));
+    }
+  }
+}
+
+// partial (GW, 2D): [gw][0,D) q-weight sums, [gw][D,2D) k-weight sums.
+template <int P, typename T>
+__global__ void __launch_bounds__(kThreads) qk_norm_backward_kernel(T* din, float* partial, const T* dout, const T* in,
+                                        const T* q_weight, const T* k_weight, const float* rstd,
+                                        int64_t N, int Hq, int Hkv, int D) {
+  const int lane = threadIdx.x & 31;
+  const int64_t gw = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  const int64_t GW = int64_t(gridDim.x) * kWarps;
+  const int Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
+  float wq[P], wk[P], dwq[P], dwk[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int d = lane + 32 * k;
+    wq[k] = d < D ? to_f32(q_weight[d]) : 0.f;
+    wk[k] = d < D ? to_f32(k_weight[d]) : 0.f;
+    dwq[k] = 0.f;
+    dwk[k] = 0.f;
+  }
+  for (int64_t n = gw; n < N; n += GW) {
+    for (int h = 0; h < Htot; ++h) {
+      const int64_t off = (n * Htot + h) * D;
+      if (h >= Hn) {
+        if (din != nullptr)
+          for (int d = lane; d < D; d += 32) din[off + d] = dout[off + d];
+        continue;
+      }
+      const bool is_q = h < Hq;
+      const float r = rstd[n * Hn + h];
+      float x[P], g[P];
+      float dot = 0.f;
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const int d = lane + 32 * k;
+        x[k] = d < D ? to_f32(in[off + d]) : 0.f;
+        g[k] = d < D ? to_f32(dout[off + d]) : 0.f;
+        const float w = is_q ? wq[k] : wk[k];
+        dot += g[k] * w * x[k];
+        if (is_q) dwq[k] += g[k] * (x[k] * r);
+        else dwk[k] += g[k] * (x[k] * r);
+      }
+      if (din == nullptr) continue;
+      dot = warp_sum(dot);
+      const float coef = dot * (r * r * r) / float(D);
+#pragma unroll
+      for (int k = 0; k < P; ++k) {
+        const int d = lane + 32 * k;
+        const float w = is_q ? wq[k] : wk[k];
+        if (d < D) din[off + d] = from_f32<T>(r * w * g[k] - coef * x[k]);
+      }
+    }
+  }
+  if (partial != nullptr) {
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int d = lane + 32 * k;
+      if (d < D) {
+        partial[gw * 2 * D + d] = dwq[k];
+        partial[gw * 2 * D + D + d] = dwk[k];
+      }
+    }
+  }
+}
+
+struct QkShape {
+  int64_t N;
+  int Hq, Hkv, D;
+};
+
+QkShape qk_shape(const char* op, const Tensor& in, const Tensor& q_weight, const Tensor& k_weight,
+                 int n_q_heads, int n_kv_heads) {
+  check_tensor(in, op, "in");
+  check_tensor(q_weight, op, "q_weight");
+  check_tensor(k_weight, op, "k_weight");
+  check_float(in, op, "in");
+  check_dtype(q_weight, in.dtype, op, "q_weight");
+  check_dtype(k_weight, in.dtype, op, "k_weight");
+  INGOT_CHECK(in.ndim >= 3, op, ": in must be (N,Htot,D), got ", in.shape_string());
+  const int64_t Htot = in.dim(-2), D = in.dim(-1);
+  INGOT_CHECK(n_q_heads > 0 && n_kv_heads > 0 && Htot == n_q_heads + 2 * int64_t(n_kv_heads), op,
+              ": in ", in.shape_string(), " has ", Htot, " heads, expected Hq + 2*Hkv = ",
+              n_q_heads + 2 * int64_t(n_kv_heads));
+  INGOT_CHECK(D > 0 && D <= 256, op, ": head dim ", D, " outside (0, 256]");
+  check_numel(q_weight, D, op, "q_weight");
+  check_numel(k_weight, D, op, "k_weight");
+  return {in.numel() / (Htot * D), n_q_heads, n_kv_heads, int(D)};
+}
+
+template <typename F>
+void dispatch_head_dim(int D, F&& f) {
+  if (D <= 32) f(std::integral_constant<int, 1>{});
+  else if (D <= 64) f(std::integral_constant<int, 2>{});
+  else if (D <= 128) f(std::integral_constant<int, 4>{});
+  else f(std::integral_constant<int, 8>{});
+}
+
+}  // namespace
+
+void qk_norm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor q_weight,
+                     Tensor k_weight, int n_q_heads, int n_kv_heads, double eps) {
+  constexpr const char* op = "qk_norm_forward";
+  CudaState& state = state_of(ctx, op);
+  const QkShape s = qk_shape(op, in, q_weight, k_weight, n_q_heads, n_kv_heads);
+  check_tensor(out, op, "out");
+  check_tensor(rstd, op, "rstd");
+  check_dtype(out, in.dtype, op, "out");
+  check_dtype(rstd, DType::f32, op, "rstd");
+  check_numel(out, in.numel(), op, "out");
+  check_numel(rstd, s.N * (s.Hq + s.Hkv), op, "rstd");
+  if (s.N == 0) return;
+  const int64_t rows = s.N * (s.Hq + 2 * s.Hkv);
+  const unsigned grid = grid_for(rows, kWarps, state);
+  dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_head_dim(s.D, [&](auto p) {
+      qk_norm_forward_kernel<decltype(p)::value, T><<<grid, kThreads, 0, state.stream>>>(
+          out.ptr<T>(), rstd.ptr<float>(), in.ptr<T>(), q_weight.ptr<T>(), k_weight.ptr<T>(), s.N,
+          s.Hq, s.Hkv, s.D, float(eps));
+      INGOT_LAUNCH_CHECK("qk_norm_forward_kernel");
+    });
+  });
+}
+
+void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
+                      Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd, int n_q_heads,
+                      int n_kv_heads) {
+  constexpr const char* op = "qk_norm_backward";
+  CudaState& state = state_of(ctx, op);
+  const QkShape s = qk_shape(op, in, q_weight, k_weight, n_q_heads, n_kv_heads);
+  check_tensor(dout, op, "dout");
+  check_tensor(rstd, op, "rstd");
+  check_dtype(dout, in.dtype, op, "dout");
+  check_dtype(rstd, DType::f32, op, "rstd");
+  check_numel(dout, in.numel(), op, "dout");
+  check_numel(rstd, s.N * (s.Hq + s.Hkv), op, "rstd");
+  if (din.present()) {
+    check_tensor(din, op, "din");
+    check_dtype(din, in.dtype, op, "din");
+    check_numel(din, in.numel(), op, "din");
+  }
+  for (const Tensor* dw : {&dq_weight, &dk_weight}) {
+    if (!dw->present()) continue;
+    check_tensor(*dw, op, "dq_weight/dk_weight");
+    check_float(*dw, op, "dq_weight/dk_weight");
+    check_numel(*dw, s.D, op, "dq_weight/dk_weight");
+  }
+  const bool want_weights = dq_weight.present() || dk_weight.present();
+  if (s.N == 0 || (!din.present() && !want_weights)) return;
+  // Warps: four blocks of 8 per SM, at most one per token.
+  const int64_t blocks = std::min<int64_t>(ceil_div(s.N, kWarps), int64_t(state.num_sms) * 4);
+  const int64_t GW = blocks * kWarps;
+  float* partial = want_weights ? static_cast<float*>(scratch_buffer(
+                                      state, GW * 2 * s.D * int64_t(sizeof(float)), op))
+                                : nullptr;
+  dispatch_float(in.dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    dispatch_head_dim(s.D, [&](auto p) {
+      qk_norm_backward_kernel<decltype(p)::value, T><<<unsigned(blocks), kThreads, 0, state.stream>>>(
+          din.present() ? din.ptr<T>() : nullptr, partial, dout.ptr<T>(), in.ptr<T>(),
+          q_weight.ptr<T>(), k_weight.ptr<T>(), rstd.ptr<float>(), s.N, s.Hq, s.Hkv, s.D);
+      INGOT_LAUNCH_CHECK("qk_norm_backward_kernel");
+    });
+  });
+  if (!want_weights) return;
+  // Partial rows are (q | k) halves of 2D floats: reduce each half with a row stride of 2D.
+  if (dq_weight.present()) column_partials_accumulate(state, dq_weight, partial, GW, s.D, 2 * s.D, op);
+  if (dk_weight.present())
+    column_partials_accumulate(state, dk_weight, partial + s.D, GW, s.D, 2 * s.D, op);
+}
+
+}  // namespace ingot::cuda
