@@ -1,0 +1,102 @@
+// JSON and file helpers; see json_util.h for the invariants.
+#include "ingot/io/json_util.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ingot/core/error.h"
+
+namespace ingot::io {
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("cannot read ", what, " ", path, ": it is a directory");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) fail("cannot read ", what, " ", path, ": read error");
+  return text.str();
+}
+
+nlohmann::json parse_json(const std::string& text, const std::string& source, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail(what, " ", source, " is not valid JSON: ", e.what());
+  }
+}
+
+std::string json_brief(const nlohmann::json& value) {
+  std::string text;
+  try {
+    // Replace invalid UTF-8 rather than throw: this only feeds an error message.
+    text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  } catch (const nlohmann::json::exception&) {
+    text = "<unprintable>";
+  }
+  constexpr size_t kMax = 80;
+  if (text.size() > kMax) text = text.substr(0, kMax) + "...";
+  return text;
+}
+
+std::string json_type_name(const nlohmann::json& value) {
+  if (value.is_number_integer()) return "integer";
+  if (value.is_number_float()) return "number";
+  return value.type_name();
+}
+
+AtomicFileWriter::AtomicFileWriter(const std::string& path)
+    : path_(path), temp_path_(path + ".tmp-" + std::to_string(::getpid())) {
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail("cannot create ", temp_path_, " (to write ", path_, "): ", std::strerror(errno));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_path_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("cannot write ", temp_path_, " (for ", path_, "): ", std::strerror(errno));
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+void AtomicFileWriter::commit() {
+  // fsync before rename: otherwise a crash can leave the new name pointing at unwritten blocks.
+  if (::fsync(fd_) != 0) fail("cannot fsync ", temp_path_, ": ", std::strerror(errno));
+  const int rc = ::close(fd_);
+  fd_ = -1;
+  if (rc != 0) fail("cannot close ", temp_path_, ": ", std::strerror(errno));
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    fail("cannot rename ", temp_path_, " to ", path_, ": ", std::strerror(errno));
+  committed_ = true;
+  // Persist the directory entry too; failure here is not fatal (some filesystems refuse it).
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  AtomicFileWriter file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+}  // namespace ingot::io

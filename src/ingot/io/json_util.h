@@ -1,0 +1,49 @@
+// JSON and file helpers shared by the readers and writers of Hugging Face files (safetensors
+// headers, model.safetensors.index.json, config.json). Invariants: every failure throws ingot::Error
+// naming the file it came from, and no nlohmann exception escapes these helpers; a file written
+// through AtomicFileWriter is either absent/old or complete at its final name, never partial.
+// Host-only: include from .cpp files, never from .cu files (see DESIGN.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ingot::io {
+
+// Reads a whole file into memory; errors name the path and the OS reason.
+std::string read_text_file(const std::string& path, const std::string& what);
+
+// Parses JSON text; `source` names the file and `what` the document ("config", "index") in errors.
+nlohmann::json parse_json(const std::string& text, const std::string& source, const std::string& what);
+
+// Short rendering of a value for error messages ("abc" -> "\"abc\"", long arrays clipped).
+std::string json_brief(const nlohmann::json& value);
+
+// Human name of a JSON type for error messages: "string", "integer", "array", ...
+std::string json_type_name(const nlohmann::json& value);
+
+// Streams a file to PATH.tmp-<pid> in the same directory; commit() fsyncs, renames it onto PATH and
+// fsyncs the directory. Destroyed without commit() (an exception mid-write), it removes the
+// temporary and PATH is untouched.
+class AtomicFileWriter {
+ public:
+  explicit AtomicFileWriter(const std::string& path);
+  ~AtomicFileWriter();
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void commit();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_, temp_path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Writes `bytes` to `path` through AtomicFileWriter.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
+}  // namespace ingot::io

@@ -1,0 +1,302 @@
+// Hugging Face config.json <-> ModelConfig.
+// Invariants:
+// - parse_model_config() returns only configs Ingot can run exactly as transformers would: every
+//   feature that changes the math and is not implemented (sliding windows, MLP biases, non-SiLU
+//   activations, RoPE scalings other than llama3, partial rotary, attention dropout) is an error
+//   naming the key, the value and the file. Unknown keys are ignored (configs carry many that do
+//   not affect the forward pass: use_cache, pad_token_id, transformers_version, ...).
+// - Defaults follow the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config) where
+//   a key is absent, so a config means the same model here as there.
+// - model_config_to_json() writes every field parse_model_config() reads, so parse(to_json(c)) == c.
+#include "ingot/model/config.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/core/error.h"
+#include "ingot/io/json_util.h"
+
+namespace ingot {
+namespace {
+
+using nlohmann::json;
+using io::json_brief;
+using io::json_type_name;
+
+// Typed access to one JSON object; every error names the key, the value and the file. A key whose
+// value is null counts as absent (transformers writes null for unset optional fields).
+class JsonFields {
+ public:
+  JsonFields(const json& object, std::string source, std::string prefix = "")
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  const json* find(const char* key) const {
+    auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+  std::string name(const char* key) const { return prefix_ + key; }
+
+  [[noreturn]] void wrong_type(const char* key, const char* expected, const json& value) const {
+    fail("key \"", name(key), "\" in ", source_, " must be ", expected, ", got ", json_type_name(value), " ",
+         json_brief(value));
+  }
+  int64_t require_int(const char* key) const {
+    if (!find(key)) fail("missing required key \"", name(key), "\" in ", source_);
+    return get_int(key, 0);
+  }
+  int64_t get_int(const char* key, int64_t fallback) const {
+    const json* value = find(key);
+    if (!value) return fallback;
+    if (!value->is_number_integer()) wrong_type(key, "an integer", *value);
+    if (value->is_number_unsigned() && value->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      wrong_type(key, "a 64-bit integer", *value);
+    return value->get<int64_t>();
+  }
+  double get_number(const char* key, double fallback) const {
+    const json* value = find(key);
+    if (!value) return fallback;
+    if (!value->is_number()) wrong_type(key, "a number", *value);
+    return value->get<double>();
+  }
+  bool get_bool(const char* key, bool fallback) const {
+    const json* value = find(key);
+    if (!value) return fallback;
+    if (!value->is_boolean()) wrong_type(key, "true or false", *value);
+    return value->get<bool>();
+  }
+  std::string get_string(const char* key, const std::string& fallback) const {
+    const json* value = find(key);
+    if (!value) return fallback;
+    if (!value->is_string()) wrong_type(key, "a string", *value);
+    return value->get<std::string>();
+  }
+
+ private:
+  const json& object_;
+  std::string source_, prefix_;
+};
+
+const char* architecture_class(Architecture a) {
+  switch (a) {
+    case Architecture::llama: return "LlamaForCausalLM";
+    case Architecture::qwen2: return "Qwen2ForCausalLM";
+    case Architecture::qwen3: return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+// RoPE, resolved the way transformers 5 does it: the legacy "rope_scaling" dict wins over
+// "rope_parameters"; rope_theta comes from that dict if there, else from the top level.
+void parse_rope(const json& root, const JsonFields& fields, const std::string& source, ModelConfig* config) {
+  const char* dict_key = nullptr;
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    const json* value = fields.find(key);
+    if (!value) continue;
+    if (!value->is_object()) fields.wrong_type(key, "an object or null", *value);
+    if (value->empty()) continue;
+    dict_key = key;
+    break;
+  }
+  config->rope_theta = fields.get_number("rope_theta", 10000.0);
+  config->rope_scaling = RopeScaling{};
+  if (!dict_key) return;
+
+  const json& dict = root[dict_key];
+  const JsonFields rope(dict, source, std::string(dict_key) + ".");
+  config->rope_theta = rope.get_number("rope_theta", config->rope_theta);
+  // A nested dict per layer type ({"full_attention": {...}, "sliding_attention": {...}}) only
+  // appears with sliding windows, which are rejected elsewhere; treat any nesting as unsupported.
+  for (const auto& [key, value] : dict.items())
+    if (value.is_object())
+      fail("key \"", dict_key, ".", key, "\" in ", source, ": per-layer-type RoPE parameters are not supported");
+  const std::string type = rope.get_string("rope_type", rope.get_string("type", "default"));
+  const double partial = rope.get_number("partial_rotary_factor", 1.0);
+  if (partial != 1.0)
+    fail("key \"", dict_key, ".partial_rotary_factor\" in ", source, " is ", partial,
+         "; only full rotary embeddings (1.0) are supported");
+  if (type == "default") return;
+  if (type != "llama3")
+    fail("unsupported RoPE scaling type \"", type, "\" (key \"", dict_key, "\") in ", source,
+         "; supported: llama3 (or none)");
+  RopeScaling& scaling = config->rope_scaling;
+  scaling.enabled = true;
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor"})
+    if (!rope.find(key)) fail("missing key \"", dict_key, ".", key, "\" in ", source, " (required by llama3 RoPE)");
+  scaling.factor = rope.get_number("factor", scaling.factor);
+  scaling.low_freq_factor = rope.get_number("low_freq_factor", scaling.low_freq_factor);
+  scaling.high_freq_factor = rope.get_number("high_freq_factor", scaling.high_freq_factor);
+  // transformers 5 defaults this to max_position_embeddings when absent.
+  scaling.original_max_position_embeddings =
+      rope.get_int("original_max_position_embeddings", config->max_position_embeddings);
+  if (!(scaling.factor > 0)) fail("key \"", dict_key, ".factor\" in ", source, " must be > 0, got ", scaling.factor);
+  if (!(scaling.low_freq_factor > 0) || !(scaling.high_freq_factor > scaling.low_freq_factor))
+    fail("keys \"", dict_key, ".low_freq_factor\" (", scaling.low_freq_factor, ") and \"", dict_key,
+         ".high_freq_factor\" (", scaling.high_freq_factor, ") in ", source, " must satisfy 0 < low < high");
+  if (scaling.original_max_position_embeddings <= 0)
+    fail("key \"", dict_key, ".original_max_position_embeddings\" in ", source, " must be > 0, got ",
+         scaling.original_max_position_embeddings);
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  const json root = io::parse_json(json_text, source, "model config");
+  if (!root.is_object()) fail("model config ", source, " must be a JSON object, got ", json_type_name(root));
+  const JsonFields fields(root, source);
+  ModelConfig config;
+
+  if (!fields.find("model_type")) fail("missing required key \"model_type\" in ", source);
+  config.model_type = fields.get_string("model_type", "");
+  if (config.model_type == "llama") config.architecture = Architecture::llama;
+  else if (config.model_type == "qwen2") config.architecture = Architecture::qwen2;
+  else if (config.model_type == "qwen3") config.architecture = Architecture::qwen3;
+  else fail("unknown model_type \"", config.model_type, "\" in ", source, "; supported: llama, qwen2, qwen3");
+  const Architecture arch = config.architecture;
+
+  config.vocab_size = fields.require_int("vocab_size");
+  config.hidden_size = fields.require_int("hidden_size");
+  config.intermediate_size = fields.require_int("intermediate_size");
+  config.num_hidden_layers = fields.require_int("num_hidden_layers");
+  config.num_attention_heads = fields.require_int("num_attention_heads");
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"})
+    if (fields.get_int(key, 0) <= 0) fail("key \"", key, "\" in ", source, " must be > 0, got ", fields.get_int(key, 0));
+
+  config.num_key_value_heads = fields.get_int("num_key_value_heads", config.num_attention_heads);
+  // Qwen3Config's default head_dim is 128, independent of hidden_size; the others derive it.
+  const int64_t default_head_dim =
+      arch == Architecture::qwen3 ? 128 : config.hidden_size / config.num_attention_heads;
+  config.head_dim = fields.get_int("head_dim", default_head_dim);
+  if (!fields.find("head_dim") && arch != Architecture::qwen3 && config.hidden_size % config.num_attention_heads != 0)
+    fail("hidden_size (", config.hidden_size, ") in ", source, " is not a multiple of num_attention_heads (",
+         config.num_attention_heads, ") and no head_dim is given");
+  config.max_position_embeddings =
+      fields.get_int("max_position_embeddings", arch == Architecture::llama ? 2048 : 32768);
+  config.rms_norm_eps = fields.get_number("rms_norm_eps", 1e-6);
+  config.initializer_range = fields.get_number("initializer_range", 0.02);
+  config.tie_word_embeddings = fields.get_bool("tie_word_embeddings", false);
+  config.attention_bias = arch == Architecture::qwen2 ? true : fields.get_bool("attention_bias", false);
+  config.qk_norm = arch == Architecture::qwen3;
+  parse_rope(root, fields, source, &config);
+
+  config.bos_token_id = fields.get_int("bos_token_id", -1);
+  if (const json* eos = fields.find("eos_token_id"); eos && eos->is_array()) {
+    // Generation may stop on several ids; training needs one, the first (the primary EOS).
+    const json first = eos->empty() ? json() : (*eos)[0];
+    if (!first.is_null() && !first.is_number_integer())
+      fail("key \"eos_token_id\" in ", source, " must be an integer or a list of integers, got ", json_brief(*eos));
+    config.eos_token_id = first.is_null() ? -1 : first.get<int64_t>();
+  } else {
+    config.eos_token_id = fields.get_int("eos_token_id", -1);
+  }
+  // transformers >= 4.56 writes "dtype"; older versions "torch_dtype".
+  config.torch_dtype = fields.get_string("dtype", fields.get_string("torch_dtype", "bfloat16"));
+
+  // Features that change the math and that Ingot does not implement.
+  const std::string act = fields.get_string("hidden_act", "silu");
+  if (act != "silu") fail("unsupported hidden_act \"", act, "\" in ", source, "; only \"silu\" is supported");
+  if (fields.get_bool("mlp_bias", false))
+    fail("key \"mlp_bias\" in ", source, " is true; MLP biases are not supported");
+  if (fields.get_bool("use_sliding_window", false))
+    fail("key \"use_sliding_window\" in ", source, " is true; sliding-window attention is not supported");
+  if (const json* types = fields.find("layer_types")) {
+    if (!types->is_array()) fields.wrong_type("layer_types", "a list of strings", *types);
+    for (const json& t : *types)
+      if (!t.is_string() || t.get<std::string>() != "full_attention")
+        fail("key \"layer_types\" in ", source, " contains ", json_brief(t),
+             "; only \"full_attention\" layers are supported");
+  }
+  if (const double dropout = fields.get_number("attention_dropout", 0.0); dropout != 0.0)
+    fail("key \"attention_dropout\" in ", source, " is ", dropout, "; attention dropout is not supported");
+  if (const double partial = fields.get_number("partial_rotary_factor", 1.0); partial != 1.0)
+    fail("key \"partial_rotary_factor\" in ", source, " is ", partial, "; only full rotary embeddings are supported");
+
+  // Consistency.
+  if (config.num_key_value_heads <= 0)
+    fail("key \"num_key_value_heads\" in ", source, " must be > 0, got ", config.num_key_value_heads);
+  if (config.num_attention_heads % config.num_key_value_heads != 0)
+    fail("num_attention_heads (", config.num_attention_heads, ") in ", source,
+         " is not a multiple of num_key_value_heads (", config.num_key_value_heads, ")");
+  if (config.head_dim <= 0 || config.head_dim % 2 != 0)
+    fail("head_dim in ", source, " must be positive and even (RoPE rotates pairs), got ", config.head_dim,
+         fields.find("head_dim") ? "" : " (derived as hidden_size / num_attention_heads)");
+  if (config.max_position_embeddings <= 0)
+    fail("key \"max_position_embeddings\" in ", source, " must be > 0, got ", config.max_position_embeddings);
+  if (!(config.rms_norm_eps > 0)) fail("key \"rms_norm_eps\" in ", source, " must be > 0, got ", config.rms_norm_eps);
+  if (!(config.rope_theta > 0)) fail("rope_theta in ", source, " must be > 0, got ", config.rope_theta);
+  if (!(config.initializer_range >= 0))
+    fail("key \"initializer_range\" in ", source, " must be >= 0, got ", config.initializer_range);
+  if (config.bos_token_id < -1 || config.bos_token_id >= config.vocab_size)
+    fail("key \"bos_token_id\" in ", source, " is ", config.bos_token_id, ", outside the vocabulary of ", config.vocab_size);
+  if (config.eos_token_id < -1 || config.eos_token_id >= config.vocab_size)
+    fail("key \"eos_token_id\" in ", source, " is ", config.eos_token_id, ", outside the vocabulary of ", config.vocab_size);
+  return config;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::error_code ec;
+  const std::string file =
+      std::filesystem::is_directory(path, ec) ? (std::filesystem::path(path) / "config.json").string() : path;
+  return parse_model_config(io::read_text_file(file, "model config"), file);
+}
+
+std::string model_config_to_json(const ModelConfig& c) {
+  // ordered_json keeps the familiar transformers key order for people reading the file.
+  nlohmann::ordered_json out;
+  out["architectures"] = {architecture_class(c.architecture)};
+  out["model_type"] = c.model_type;
+  out["vocab_size"] = c.vocab_size;
+  out["hidden_size"] = c.hidden_size;
+  out["intermediate_size"] = c.intermediate_size;
+  out["num_hidden_layers"] = c.num_hidden_layers;
+  out["num_attention_heads"] = c.num_attention_heads;
+  out["num_key_value_heads"] = c.num_key_value_heads;
+  out["head_dim"] = c.head_dim;
+  out["hidden_act"] = "silu";
+  out["max_position_embeddings"] = c.max_position_embeddings;
+  out["rms_norm_eps"] = c.rms_norm_eps;
+  out["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling.enabled) {
+    out["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", c.rope_scaling.factor},
+                           {"low_freq_factor", c.rope_scaling.low_freq_factor},
+                           {"high_freq_factor", c.rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+  } else {
+    out["rope_scaling"] = nullptr;
+  }
+  out["tie_word_embeddings"] = c.tie_word_embeddings;
+  out["attention_bias"] = c.attention_bias;
+  if (c.architecture == Architecture::llama) out["mlp_bias"] = false;
+  if (c.architecture != Architecture::llama) out["use_sliding_window"] = false;
+  out["attention_dropout"] = 0.0;
+  out["initializer_range"] = c.initializer_range;
+  // null, not absent: LlamaConfig would otherwise default bos/eos to 1/2.
+  out["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  out["eos_token_id"] = c.eos_token_id >= 0 ? json(c.eos_token_id) : json(nullptr);
+  out["use_cache"] = true;
+  out["torch_dtype"] = c.torch_dtype;
+  return out.dump(2) + "\n";
+}
+
+int64_t count_parameters(const ModelConfig& c) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  int64_t per_layer = Hq * D * C + 2 * Hkv * D * C + C * Hq * D  // q, k, v, o
+                      + 3 * C * F                                 // gate, up, down
+                      + 2 * C;                                    // input and post-attention norms
+  if (c.attention_bias) per_layer += Hq * D + 2 * Hkv * D;
+  if (c.qk_norm) per_layer += 2 * D;
+  const int64_t embeddings = V * C * (c.tie_word_embeddings ? 1 : 2);
+  return embeddings + c.num_hidden_layers * per_layer + C;  // + final norm
+}
+
+int64_t count_matmul_parameters(const ModelConfig& c) {
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+  const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads;
+  const int64_t per_layer = 2 * Hq * D * C + 2 * Hkv * D * C + 3 * C * F;
+  return c.num_hidden_layers * per_layer + V * C;  // the LM head counts whether or not it is tied
+}
+
+}  // namespace ingot

@@ -1,0 +1,396 @@
+// safetensors reader/writer tests. Round trips cover every dtype and conversion; each malformed
+// input is crafted byte by byte and must raise ingot::Error naming the file (and tensor/dtype).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "ingot/core/dtype.h"
+#include "ingot/core/error.h"
+#include "ingot/io/safetensors.h"
+#include "test_util.h"
+
+namespace ingot::io {
+namespace {
+
+namespace fs = std::filesystem;
+using test::HostTensor;
+
+// Writes 8-byte little-endian header length, the header text and `data` bytes, unvalidated.
+void write_raw(const std::string& path, const std::string& header, const std::string& data) {
+  std::ofstream out(path, std::ios::binary);
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header << data;
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << bytes;
+}
+
+// Runs `action`, which must throw ingot::Error whose message contains every one of `parts`.
+template <typename Action>
+void expect_error(Action action, std::initializer_list<std::string> parts) {
+  try {
+    action();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "message lacks \"" << part << "\": " << message;
+    return;
+  }
+  ADD_FAILURE() << "expected ingot::Error";
+}
+
+void expect_open_error(const std::string& path, std::initializer_list<std::string> parts) {
+  expect_error([&] { SafeTensorsReader::open(path); }, parts);
+}
+
+TEST(SafeTensors, RoundTripEveryDtype) {
+  const std::string dir = test::temp_dir("safetensors_round_trip");
+  const std::string path = dir + "/all.safetensors";
+  HostTensor<float> f32(DType::f32, {3, 5});
+  test::fill_normal(f32.storage, 1);
+  f32.storage[0] = 1.0f + 1.0f / 256;  // a bf16 tie: rounds to even
+  HostTensor<double> f64(DType::f64, {2, 3});
+  test::fill_normal(f64.storage, 2);
+  HostTensor<uint16_t> bf16(DType::bf16, {4});
+  for (int i = 0; i < 4; ++i) bf16.storage[i] = f32_to_bf16(0.5f * i - 1.0f);
+  HostTensor<int32_t> i32(DType::i32, {4});
+  HostTensor<int64_t> i64(DType::i64, {2, 2});
+  for (int i = 0; i < 4; ++i) i32.storage[i] = -7 + 1000 * i, i64.storage[i] = (int64_t{1} << 40) * (i - 2);
+  HostTensor<uint8_t> u8(DType::u8, {3});
+  u8.storage = {0, 7, 255};
+  HostTensor<float> empty(DType::f32, {0, 4});
+  HostTensor<float> scalar(DType::f32, {});
+  scalar.storage = {3.25f};
+
+  write_safetensors(path,
+                    {{"w.f32", f32.tensor, DType::f32},
+                     {"w.as_bf16", f32.tensor, DType::bf16},
+                     {"w.as_f16", f32.tensor, DType::f16},
+                     {"w.as_f64", f32.tensor, DType::f64},
+                     {"d.f64", f64.tensor, DType::f64},
+                     {"d.as_bf16", f64.tensor, DType::bf16},
+                     {"b.bf16", bf16.tensor, DType::bf16},
+                     {"i.i32", i32.tensor, DType::i32},
+                     {"i.as_i64", i32.tensor, DType::i64},
+                     {"l.i64", i64.tensor, DType::i64},
+                     {"u.u8", u8.tensor, DType::u8},
+                     {"e.empty", empty.tensor, DType::bf16},
+                     {"s.scalar", scalar.tensor, DType::f32}},
+                    {{"step", "12"}});
+
+  // Layout: header length keeps the data 8-byte aligned, tensors in sorted name order.
+  std::ifstream in(path, std::ios::binary);
+  uint64_t header_len = 0;
+  in.read(reinterpret_cast<char*>(&header_len), 8);
+  EXPECT_EQ((8 + header_len) % 8, 0u);
+  std::string header_text(header_len, '\0');
+  in.read(header_text.data(), static_cast<std::streamsize>(header_len));
+  const auto header = nlohmann::json::parse(header_text);
+  uint64_t previous_end = 0;
+  for (const auto& [name, entry] : header.items()) {  // nlohmann iterates keys in sorted order
+    if (name == "__metadata__") continue;
+    EXPECT_EQ(entry["data_offsets"][0].get<uint64_t>(), previous_end) << name;
+    previous_end = entry["data_offsets"][1].get<uint64_t>();
+  }
+  EXPECT_EQ(header["w.as_bf16"]["dtype"], "BF16");
+  EXPECT_EQ(header["__metadata__"]["format"], "pt");
+
+  auto reader = SafeTensorsReader::open(path);
+  EXPECT_EQ(reader.metadata().at("format"), "pt");
+  EXPECT_EQ(reader.metadata().at("step"), "12");
+  EXPECT_EQ(reader.names().size(), 13u);
+  EXPECT_EQ(reader.names().front(), "b.bf16");
+  EXPECT_EQ(reader.get("w.as_f16").dtype, DType::f16);
+  EXPECT_EQ(reader.get("w.as_f16").bytes, 15 * 2);
+  EXPECT_EQ(reader.get("w.as_f16").numel(), 15);
+
+  const int64_t n = f32.size();
+  HostTensor<float> out(DType::f32, {3, 5});
+  reader.read_into("w.f32", out.tensor);
+  EXPECT_EQ(out.storage, f32.storage);
+  reader.read_into("w.as_f64", out.tensor);
+  EXPECT_EQ(out.storage, f32.storage);
+  reader.read_into("w.as_bf16", out.tensor);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out.storage[i], bf16_to_f32(f32_to_bf16(f32.storage[i])));
+  EXPECT_EQ(out.storage[0], 1.0f);
+  reader.read_into("w.as_f16", out.tensor);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out.storage[i], f16_to_f32(f32_to_f16(f32.storage[i])));
+  EXPECT_LT(test::relative_error(out.data(), f32.data(), n), 1e-3);
+
+  HostTensor<uint16_t> out_bf16(DType::bf16, {3, 5});
+  reader.read_into("w.f32", out_bf16.tensor);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out_bf16.storage[i], f32_to_bf16(f32.storage[i]));
+  reader.read_into("w.as_f16", out_bf16.tensor);  // f16 -> bf16 through f32
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out_bf16.storage[i], f32_to_bf16(f16_to_f32(f32_to_f16(f32.storage[i]))));
+  HostTensor<double> out_f64(DType::f64, {3, 5});
+  reader.read_into("w.as_bf16", out_f64.tensor);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(out_f64.storage[i], bf16_to_f32(f32_to_bf16(f32.storage[i])));
+
+  HostTensor<double> d(DType::f64, {2, 3});
+  reader.read_into("d.f64", d.tensor);
+  EXPECT_EQ(d.storage, f64.storage);
+  HostTensor<float> d32(DType::f32, {2, 3});
+  reader.read_into("d.f64", d32.tensor);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(d32.storage[i], static_cast<float>(f64.storage[i]));
+
+  HostTensor<float> b(DType::f32, {4});
+  reader.read_into("b.bf16", b.tensor);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b.storage[i], 0.5f * i - 1.0f);
+
+  HostTensor<int32_t> ri32(DType::i32, {4});
+  reader.read_into("i.as_i64", ri32.tensor);
+  EXPECT_EQ(ri32.storage, i32.storage);
+  HostTensor<int64_t> ri64(DType::i64, {4});
+  reader.read_into("i.i32", ri64.tensor);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ri64.storage[i], i32.storage[i]);
+  HostTensor<int64_t> rl(DType::i64, {2, 2});
+  reader.read_into("l.i64", rl.tensor);
+  EXPECT_EQ(rl.storage, i64.storage);
+  HostTensor<uint8_t> ru8(DType::u8, {3});
+  reader.read_into("u.u8", ru8.tensor);
+  EXPECT_EQ(ru8.storage, u8.storage);
+  HostTensor<float> re(DType::f32, {0, 4});
+  reader.read_into("e.empty", re.tensor);
+  HostTensor<double> rs(DType::f64, {});
+  reader.read_into("s.scalar", rs.tensor);
+  EXPECT_EQ(rs.storage[0], 3.25);
+}
+
+TEST(SafeTensors, F64ToBf16RoundsOnce) {
+  // 1 + 2^-8 + 2^-40 lies just above a bf16 tie: correct rounding goes up to 1 + 2^-7, while
+  // rounding through float first lands exactly on the tie and rounds down to 1.
+  const std::string path = test::temp_dir("safetensors_f64_bf16") + "/x.safetensors";
+  HostTensor<double> x(DType::f64, {2});
+  x.storage = {1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40), -(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40))};
+  write_safetensors(path, {{"x", x.tensor, DType::bf16}});
+  HostTensor<float> out(DType::f32, {2});
+  SafeTensorsReader::open(path).read_into("x", out.tensor);
+  EXPECT_EQ(out.storage[0], 1.0f + std::ldexp(1.0f, -7));
+  EXPECT_EQ(out.storage[1], -(1.0f + std::ldexp(1.0f, -7)));
+}
+
+TEST(SafeTensors, ShardedWriteAndRead) {
+  const std::string dir = test::temp_dir("safetensors_sharded");
+  std::vector<HostTensor<float>> tensors;
+  std::vector<TensorToWrite> to_write;
+  for (int i = 0; i < 5; ++i) tensors.emplace_back(DType::f32, std::initializer_list<int64_t>{4, 4});
+  for (int i = 0; i < 5; ++i) {
+    test::fill_normal(tensors[i].storage, 10 + i);
+    to_write.push_back({"layer." + std::to_string(i) + ".weight", tensors[i].tensor, DType::bf16});
+  }
+  // Each tensor is 32 bytes in bf16; 70-byte shards hold two: 2 + 2 + 1.
+  write_safetensors_sharded(dir, to_write, 70);
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+  for (const char* shard : {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                            "model-00003-of-00003.safetensors"})
+    EXPECT_TRUE(fs::exists(dir + "/" + shard)) << shard;
+  std::ifstream index_file(dir + "/model.safetensors.index.json");
+  const auto index = nlohmann::json::parse(index_file);
+  EXPECT_EQ(index["metadata"]["total_size"], 5 * 32);
+  EXPECT_EQ(index["weight_map"]["layer.0.weight"], "model-00001-of-00003.safetensors");
+  EXPECT_EQ(index["weight_map"]["layer.2.weight"], "model-00002-of-00003.safetensors");
+  EXPECT_EQ(index["weight_map"]["layer.4.weight"], "model-00003-of-00003.safetensors");
+
+  for (const std::string& path : {dir, dir + "/model.safetensors.index.json"}) {
+    auto reader = SafeTensorsReader::open(path);
+    ASSERT_EQ(reader.names().size(), 5u);
+    EXPECT_NE(reader.get("layer.3.weight").file.find("model-00002-of-00003"), std::string::npos);
+    for (int i = 0; i < 5; ++i) {
+      HostTensor<float> out(DType::f32, {4, 4});
+      reader.read_into(to_write[i].name, out.tensor);
+      for (int j = 0; j < 16; ++j) EXPECT_EQ(out.storage[j], bf16_to_f32(f32_to_bf16(tensors[i].storage[j])));
+    }
+  }
+
+  // Rewriting below the limit leaves one model.safetensors and no stale index or shards.
+  write_safetensors_sharded(dir, to_write, 1 << 20);
+  EXPECT_TRUE(fs::exists(dir + "/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors.index.json"));
+  EXPECT_FALSE(fs::exists(dir + "/model-00001-of-00003.safetensors"));
+  EXPECT_EQ(SafeTensorsReader::open(dir).names().size(), 5u);
+  // And back to shards: the stale single file goes.
+  write_safetensors_sharded(dir, to_write, 100);
+  EXPECT_FALSE(fs::exists(dir + "/model.safetensors"));
+  EXPECT_EQ(SafeTensorsReader::open(dir).names().size(), 5u);
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+}
+
+// ---- malformed files --------------------------------------------------------------------------
+
+class SafeTensorsBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = test::temp_dir("safetensors_bad"); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  // One F32 tensor "w" of shape (2) over 8 bytes, and a header entry override.
+  std::string good_entry() const { return R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"; }
+  std::string dir_;
+};
+
+TEST_F(SafeTensorsBadInput, MissingFileOrDirectory) {
+  expect_open_error(path("nope.safetensors"), {"nope.safetensors", "does not exist"});
+  fs::create_directories(path("empty_model"));
+  expect_open_error(path("empty_model"), {"empty_model", "model.safetensors"});
+}
+
+TEST_F(SafeTensorsBadInput, Unreadable) {
+  const std::string p = path("locked.safetensors");
+  write_raw(p, R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  fs::permissions(p, fs::perms::none);
+  if (::access(p.c_str(), R_OK) == 0) GTEST_SKIP() << "running as root: permissions do not bind";
+  expect_open_error(p, {"locked.safetensors", "cannot open"});
+}
+
+TEST_F(SafeTensorsBadInput, ShorterThanLengthField) {
+  write_bytes(path("short.safetensors"), std::string("\x05\x00\x00", 3));
+  expect_open_error(path("short.safetensors"), {"short.safetensors", "truncated"});
+}
+
+TEST_F(SafeTensorsBadInput, ShorterThanHeader) {
+  std::string bytes(8, '\0');
+  bytes[0] = 100;  // header claims 100 bytes; only 10 follow
+  write_bytes(path("cut.safetensors"), bytes + R"({"w":{"dty)");
+  expect_open_error(path("cut.safetensors"), {"cut.safetensors", "truncated", "100"});
+}
+
+TEST_F(SafeTensorsBadInput, HeaderNotJson) {
+  write_raw(path("garbage.safetensors"), "{not json at all", "");
+  expect_open_error(path("garbage.safetensors"), {"garbage.safetensors", "not valid JSON"});
+  write_raw(path("array.safetensors"), "[1,2]", "");
+  expect_open_error(path("array.safetensors"), {"array.safetensors", "object"});
+}
+
+TEST_F(SafeTensorsBadInput, UnknownDtype) {
+  write_raw(path("fp8.safetensors"), R"({"w":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})",
+            std::string(8, '\0'));
+  expect_open_error(path("fp8.safetensors"), {"fp8.safetensors", "\"w\"", "F8_E4M3"});
+}
+
+TEST_F(SafeTensorsBadInput, BadDataOffsets) {
+  const std::string data(8, '\0');
+  write_raw(path("one.safetensors"), R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", data);
+  expect_open_error(path("one.safetensors"), {"one.safetensors", "\"w\"", "data_offsets"});
+  write_raw(path("str.safetensors"), R"({"w":{"dtype":"F32","shape":[2],"data_offsets":["0",8]}})", data);
+  expect_open_error(path("str.safetensors"), {"str.safetensors", "\"w\"", "data_offsets"});
+  write_raw(path("neg.safetensors"), R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]}})", data);
+  expect_open_error(path("neg.safetensors"), {"neg.safetensors", "\"w\"", "data_offsets"});
+  write_raw(path("desc.safetensors"), R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", data);
+  expect_open_error(path("desc.safetensors"), {"desc.safetensors", "\"w\"", "ascending"});
+  write_raw(path("noshape.safetensors"), R"({"w":{"dtype":"F32","data_offsets":[0,8]}})", data);
+  expect_open_error(path("noshape.safetensors"), {"noshape.safetensors", "\"w\"", "shape"});
+}
+
+TEST_F(SafeTensorsBadInput, OffsetsBeyondData) {
+  write_raw(path("trunc.safetensors"), R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+            std::string(12, '\0'));
+  expect_open_error(path("trunc.safetensors"), {"trunc.safetensors", "\"w\"", "truncated"});
+}
+
+TEST_F(SafeTensorsBadInput, Overlap) {
+  write_raw(path("overlap.safetensors"),
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+            std::string(12, '\0'));
+  expect_open_error(path("overlap.safetensors"), {"overlap.safetensors", "\"a\"", "\"b\"", "overlaps"});
+}
+
+TEST_F(SafeTensorsBadInput, HoleAndTrailingBytes) {
+  write_raw(path("hole.safetensors"),
+            R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[12,20]}})",
+            std::string(20, '\0'));
+  expect_open_error(path("hole.safetensors"), {"hole.safetensors", "\"b\"", "8..12"});
+  write_raw(path("tail.safetensors"), R"({"a":)" + good_entry() + "}", std::string(12, '\0'));
+  expect_open_error(path("tail.safetensors"), {"tail.safetensors", "trailing"});
+}
+
+TEST_F(SafeTensorsBadInput, SizeMismatch) {
+  write_raw(path("size.safetensors"), R"({"w":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}})",
+            std::string(8, '\0'));
+  expect_open_error(path("size.safetensors"), {"size.safetensors", "\"w\"", "BF16", "(3)"});
+}
+
+TEST_F(SafeTensorsBadInput, NegativeDim) {
+  write_raw(path("negdim.safetensors"), R"({"w":{"dtype":"F32","shape":[-1,2],"data_offsets":[0,8]}})",
+            std::string(8, '\0'));
+  expect_open_error(path("negdim.safetensors"), {"negdim.safetensors", "\"w\"", "negative"});
+}
+
+TEST_F(SafeTensorsBadInput, BadMetadata) {
+  write_raw(path("meta.safetensors"), R"({"__metadata__":{"format":1},"w":)" + good_entry() + "}",
+            std::string(8, '\0'));
+  expect_open_error(path("meta.safetensors"), {"meta.safetensors", "__metadata__", "format"});
+}
+
+TEST_F(SafeTensorsBadInput, DuplicateAcrossShards) {
+  const std::string dir = path("dup");
+  fs::create_directories(dir);
+  write_raw(dir + "/s1.safetensors", R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  write_raw(dir + "/s2.safetensors", R"({"w":)" + good_entry() + R"(,"v":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+            std::string(12, '\0'));
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors","v":"s2.safetensors"}})");
+  expect_open_error(dir, {"\"w\"", "s1.safetensors", "s2.safetensors", "two shards"});
+}
+
+TEST_F(SafeTensorsBadInput, IndexNamesMissingShard) {
+  const std::string dir = path("missing_shard");
+  fs::create_directories(dir);
+  write_raw(dir + "/s1.safetensors", R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors","v":"s9.safetensors"}})");
+  expect_open_error(dir, {"model.safetensors.index.json", "s9.safetensors", "\"v\"", "does not exist"});
+}
+
+TEST_F(SafeTensorsBadInput, IndexNamesTensorShardLacks) {
+  const std::string dir = path("lacking_shard");
+  fs::create_directories(dir);
+  write_raw(dir + "/s1.safetensors", R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors","v":"s1.safetensors"}})");
+  expect_open_error(dir, {"model.safetensors.index.json", "s1.safetensors", "\"v\"", "does not contain"});
+  write_bytes(dir + "/model.safetensors.index.json", R"({"metadata":{}})");
+  expect_open_error(dir, {"model.safetensors.index.json", "weight_map"});
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":)");
+  expect_open_error(dir, {"model.safetensors.index.json", "not valid JSON"});
+}
+
+TEST_F(SafeTensorsBadInput, ReadIntoChecksShapeAndDtype) {
+  const std::string p = path("ok.safetensors");
+  HostTensor<float> w(DType::f32, {2, 3});
+  HostTensor<int64_t> ids(DType::i64, {2});
+  ids.storage = {5, int64_t{1} << 40};
+  write_safetensors(p, {{"model.w", w.tensor, DType::bf16}, {"ids", ids.tensor, DType::i64}});
+  auto reader = SafeTensorsReader::open(p);
+  HostTensor<float> wrong(DType::f32, {3, 2});
+  expect_error([&] { reader.read_into("model.w", wrong.tensor); }, {"\"model.w\"", "ok.safetensors", "(2,3)", "(3,2)"});
+  HostTensor<float> flat(DType::f32, {6});
+  expect_error([&] { reader.read_into("model.w", flat.tensor); }, {"\"model.w\"", "(2,3)", "(6)"});
+  HostTensor<int32_t> as_int(DType::i32, {2, 3});
+  expect_error([&] { reader.read_into("model.w", as_int.tensor); }, {"\"model.w\"", "ok.safetensors", "BF16", "i32"});
+  HostTensor<int32_t> narrow(DType::i32, {2});
+  expect_error([&] { reader.read_into("ids", narrow.tensor); }, {"\"ids\"", "ok.safetensors", "i32"});
+  expect_error([&] { reader.get("model.missing"); }, {"\"model.missing\"", "ok.safetensors"});
+  EXPECT_FALSE(reader.contains("model.missing"));
+  EXPECT_TRUE(reader.contains("model.w"));
+}
+
+TEST_F(SafeTensorsBadInput, WriterRejectsBadInput) {
+  HostTensor<float> w(DType::f32, {2});
+  expect_error([&] { write_safetensors(path("dup.safetensors"), {{"a", w.tensor, DType::f32}, {"a", w.tensor, DType::f32}}); },
+               {"dup.safetensors", "\"a\"", "twice"});
+  expect_error([&] { write_safetensors(path("conv.safetensors"), {{"a", w.tensor, DType::i32}}); },
+               {"conv.safetensors", "\"a\"", "I32"});
+  EXPECT_FALSE(fs::exists(path("dup.safetensors")));
+  EXPECT_FALSE(fs::exists(path("conv.safetensors")));
+}
+
+}  // namespace
+}  // namespace ingot::io
