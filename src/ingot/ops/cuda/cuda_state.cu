@@ -23,7 +23,7 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
   return state.scratch;
 }
 
-#ifdef INGOT_HAVE_CUDNN
+#ifdef INGOT_CUDA_USE_CUDNN
 cudnnHandle_t cudnn_handle(CudaState& state) {
   if (!state.cudnn) {
     cudnnStatus_t status = cudnnCreate(&state.cudnn);
@@ -91,7 +91,7 @@ void destroy_state(CudaState* state) {
   }
   if (state->graph_exec) cudaGraphExecDestroy(state->graph_exec);
   if (state->graph) cudaGraphDestroy(state->graph);
-#ifdef INGOT_HAVE_CUDNN
+#ifdef INGOT_CUDA_USE_CUDNN
   if (state->cudnn) cudnnDestroy(state->cudnn);
 #endif
   if (state->cublaslt) cublasLtDestroy(state->cublaslt);

@@ -16,8 +16,11 @@
 #include <cstdint>
 #include <map>
 
-#ifdef INGOT_HAVE_CUDNN
+// cuDNN is optional: CMake defines INGOT_HAVE_CUDNN when it finds the library, and the header
+// must be on the include path too (on Debian it may sit under /usr/include/<triplet>).
+#if defined(INGOT_HAVE_CUDNN) && __has_include(<cudnn.h>)
 #include <cudnn.h>
+#define INGOT_CUDA_USE_CUDNN 1
 #endif
 
 namespace ingot {
@@ -51,7 +54,7 @@ struct CudaState {
   cudaGraphExec_t graph_exec = nullptr;
   bool capturing = false;
 
-#ifdef INGOT_HAVE_CUDNN
+#ifdef INGOT_CUDA_USE_CUDNN
   cudnnHandle_t cudnn = nullptr;    // created on first use (see cudnn_handle)
 #endif
 };
@@ -59,7 +62,7 @@ struct CudaState {
 // Scratch of at least `bytes`, 256-byte aligned; grows (synchronising) outside capture only.
 void* scratch_buffer(CudaState& state, int64_t bytes, const char* op);
 
-#ifdef INGOT_HAVE_CUDNN
+#ifdef INGOT_CUDA_USE_CUDNN
 cudnnHandle_t cudnn_handle(CudaState& state);
 #endif
 

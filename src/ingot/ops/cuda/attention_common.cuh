@@ -1,0 +1,70 @@
+// Shared pieces of the causal GQA attention kernels (attention_forward.cu, attention_backward.cu).
+// These are correctness-first flash-attention-2 style kernels on CUDA cores:
+//   - tiles of kBlockQ query rows x kBlockK key rows, staged in shared memory as f32 (rows padded
+//     to D+1 floats so that column walks hit distinct banks);
+//   - 256 threads as a 16 x 16 grid: thread (ty, tx) owns tile rows ty*4 + a (a < 4) and tile
+//     columns tx + 16*b (b < 4) of every score tile, and output columns d = tx + 16*j;
+//   - the S x S score matrix never exists beyond one tile; the forward saves lse; the backward
+//     recomputes P from lse.
+// The faster path (tensor cores: mma.sync / wgmma, or cuDNN's SDPA) replaces the inner products
+// and keeps this tiling, masking and the lse/D contracts.
+#pragma once
+#include "ingot/ops/cuda/common.cuh"
+
+namespace ingot::cuda::attention {
+
+constexpr int kBlockQ = 64;
+constexpr int kBlockK = 64;
+constexpr int kThreads = 256;
+constexpr int kMaxHeadDim = 128;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Shape {
+  int B, T, Hq, Hkv, D;
+  __host__ __device__ int Htot() const { return Hq + 2 * Hkv; }
+};
+
+// Loads rows [row0, row0 + rows) of one head of qkv-like (B,T,H,D) storage (head `head`, row
+// stride `H*D`) into dst (rows, D+1) f32; rows past T are zero-filled.
+template <typename T>
+__device__ __forceinline__ void load_tile(float* dst, const T* base, int64_t row_stride, int row0,
+                                          int rows, int T_len, int D) {
+  const int DP = D + 1;
+  if (D % 8 == 0) {
+    const int chunks = D / 8;
+    for (int e = threadIdx.x; e < rows * chunks; e += blockDim.x) {
+      const int r = e / chunks, c = (e % chunks) * 8;
+      float f[8];
+      if (row0 + r < T_len) {
+        load8(base + int64_t(row0 + r) * row_stride + c, f);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 8; ++k) f[k] = 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) dst[r * DP + c + k] = f[k];
+    }
+  } else {
+    for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+      const int r = e / D, c = e % D;
+      dst[r * DP + c] = row0 + r < T_len ? to_f32(base[int64_t(row0 + r) * row_stride + c]) : 0.f;
+    }
+  }
+}
+
+// Token i attends to token j iff both exist, j <= i and (without segments, or) same segment.
+__device__ __forceinline__ bool attends(int i, int j, int T_len, int seg_i, int seg_j) {
+  return i < T_len && j < T_len && j <= i && seg_i == seg_j;
+}
+
+// Calls f(std::integral_constant<int, DMAX>) with the smallest supported DMAX >= D.
+template <typename F>
+void dispatch_head_dim(int D, const char* op, F&& f) {
+  if (D <= 32) f(std::integral_constant<int, 32>{});
+  else if (D <= 64) f(std::integral_constant<int, 64>{});
+  else if (D <= kMaxHeadDim) f(std::integral_constant<int, kMaxHeadDim>{});
+  else fail(op, ": head dim ", D, " exceeds ", kMaxHeadDim, " (the CUDA-core attention kernels)");
+}
+
+}  // namespace ingot::cuda::attention
