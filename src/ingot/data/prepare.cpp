@@ -158,7 +158,7 @@ void clear_output(const PrepareOptions& options) {
   if (old.empty()) return;
   INGOT_CHECK(options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.front().filename().string(), " (", old.size(),
-              " dataset files); choose another directory or pass overwrite");
+              " dataset files); choose another directory or set overwrite (--overwrite)");
   for (const fs::path& p : old) fs::remove(p);
 }
 
@@ -222,7 +222,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           if (problem.empty()) continue;
           if (!options.skip_invalid_json)
             fail("prepare: ", name, ":", line_number, ": ", problem,
-                 " (skip such lines with skip_invalid_json)");
+                 " (skip_invalid_json / --skip-invalid-json skips such lines)");
           ++report.skipped_json_lines;
         }
         if (in.bad()) fail("prepare: cannot read ", name);
