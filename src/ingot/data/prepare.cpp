@@ -180,7 +180,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   INGOT_CHECK(!options.output_dir.empty(), "prepare: no output directory given");
   INGOT_CHECK(options.shard_tokens > 0, "prepare: shard_tokens must be positive, got ",
               options.shard_tokens);
-  INGOT_CHECK(tokenizer.vocab_size() > 0 && tokenizer.vocab_size() <= (int64_t{1} << 32),
+  INGOT_CHECK(tokenizer.vocab_size() > 0 && tokenizer.vocab_size() < (int64_t{1} << 32),
               "prepare: tokenizer vocab size ", tokenizer.vocab_size(), " is out of range");
   const std::vector<InputFile> files = collect_inputs(options);
   clear_output(options);
