@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ingot/core/error.h"
+#include "ingot/io/safetensors.h"
 #include "ingot/model/config.h"
 #include "test_util.h"
 
@@ -247,6 +248,22 @@ TEST(ModelConfig, ParameterCountsOfRealModels) {
           "num_hidden_layers":24,"num_attention_heads":14,"num_key_value_heads":2,"tie_word_embeddings":true})",
       kSource);
   EXPECT_EQ(count_parameters(qwen2), 494032768);
+}
+
+TEST(ModelConfig, FixturesFromTransformers) {
+  // Configs and weights written by transformers itself (tests/fixtures): the parsed architecture's
+  // parameter count equals the elements actually stored, and the config survives a round trip.
+  for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+    const std::string dir = test::source_dir() + "/tests/fixtures/" + arch;
+    if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "no fixtures at " << dir;
+    const ModelConfig c = load_model_config(dir);
+    EXPECT_EQ(c.model_type, arch);
+    const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
+    int64_t stored = 0;
+    for (const auto& name : weights.names()) stored += weights.get(name).numel();
+    EXPECT_EQ(count_parameters(c), stored) << arch;
+    expect_same(parse_model_config(model_config_to_json(c), "round-trip"), c);
+  }
 }
 
 // ---- errors --------------------------------------------------------------------------------

@@ -326,6 +326,11 @@ TEST_F(SafeTensorsBadInput, NegativeDim) {
   expect_open_error(path("negdim.safetensors"), {"negdim.safetensors", "\"w\"", "negative"});
 }
 
+TEST_F(SafeTensorsBadInput, DuplicateInOneFile) {
+  write_raw(path("twice.safetensors"), R"({"w":)" + good_entry() + R"(,"w":)" + good_entry() + "}", std::string(8, '\0'));
+  expect_open_error(path("twice.safetensors"), {"twice.safetensors", "\"w\"", "twice"});
+}
+
 TEST_F(SafeTensorsBadInput, BadMetadata) {
   write_raw(path("meta.safetensors"), R"({"__metadata__":{"format":1},"w":)" + good_entry() + "}",
             std::string(8, '\0'));

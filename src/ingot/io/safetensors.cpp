@@ -270,11 +270,22 @@ void parse_safetensors_header(const MappedFile& file, std::vector<SafeTensorInfo
 
   const std::string header_text(reinterpret_cast<const char*>(file.data()) + 8, header_len);
   json header;
+  // JSON objects keep the last of duplicate keys; a header naming one tensor twice is corrupt, so
+  // top-level keys are collected while parsing.
+  std::set<std::string> top_level_keys;
+  std::string duplicate;
+  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+        !top_level_keys.insert(parsed.get<std::string>()).second && duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
   try {
-    header = json::parse(header_text);
+    header = json::parse(header_text, on_event);
   } catch (const json::exception& e) {
     fail("safetensors file ", path, ": header is not valid JSON: ", e.what());
   }
+  if (!duplicate.empty()) fail("safetensors file ", path, ": tensor \"", duplicate, "\" appears twice in the header");
   if (!header.is_object())
     fail("safetensors file ", path, ": header must be a JSON object, got ", json_type_name(header));
 
