@@ -94,8 +94,7 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (tokenizer_path.empty() || tokenizer_path == "byte") tokenizer = std::make_unique<data::ByteTokenizer>();
   else tokenizer = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tokenizer_path));
-  const data::PrepareReport report = data::prepare_dataset(options, *tokenizer);
-  std::cout << report.to_string();
+  data::prepare_dataset(options, *tokenizer);  // logs its own report
   if (!tokenizer_path.empty() && tokenizer_path != "byte") {
     // Keep the tokenizer beside the shards so training runs and checkpoints can carry it.
     const fs::path src = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path) / "tokenizer.json" : fs::path(tokenizer_path);

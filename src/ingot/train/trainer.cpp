@@ -129,7 +129,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   const int64_t total = use.params + use.grads + use.activations + state_bytes + master_bytes + scratch_bytes;
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << recipe.name << "\n"
-      << "data: " << loader.summary() << "\n"
+      << loader.summary() << "\n"
       << "memory plan: params " << format_bytes(use.params) << " | grads " << format_bytes(use.grads)
       << " | master " << format_bytes(master_bytes) << " | optimizer " << format_bytes(state_bytes)
       << " | activations " << format_bytes(use.activations) << " | scratch " << format_bytes(scratch_bytes)

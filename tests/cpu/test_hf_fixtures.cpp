@@ -1,0 +1,157 @@
+// The CPU backend against Hugging Face transformers (tests/fixtures, made by
+// tools/make_hf_fixtures.py in float64): logits, loss, every parameter gradient and the weights
+// after one AdamW step, for llama (llama3 RoPE, untied), qwen2 (biases, tied), qwen3 (qk-norm,
+// head_dim != hidden/heads, tied).
+// Tolerances (norm-wise relative): float64 <= 1e-10 everywhere; float32 <= 1e-5 for logits and
+// loss, <= 1e-4 for gradients and updated weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "ingot/io/hf_model.h"
+#include "ingot/io/safetensors.h"
+#include "ingot/model/transformer.h"
+#include "ingot/ops/ops.h"
+#include "ingot/optim/adamw.h"
+#include "test_util.h"
+
+using namespace ingot;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fixture_dir(const std::string& arch) { return test::source_dir() + "/tests/fixtures/" + arch; }
+
+std::vector<double> read_doubles(const io::SafeTensorsReader& reader, const std::string& name) {
+  const io::SafeTensorInfo& info = reader.get(name);
+  if (info.dtype == DType::i64) {  // ids and labels
+    const int64_t* p = static_cast<const int64_t*>(info.data);
+    return std::vector<double>(p, p + info.numel());
+  }
+  std::vector<double> out(static_cast<size_t>(info.numel()));
+  Tensor t(out.data(), DType::f64, Device::cpu, {info.numel()});
+  // read_into checks the full shape, so read through a view of the tensor's own shape.
+  if (info.shape.size() == 1) t = t.view({info.shape[0]});
+  else if (info.shape.size() == 2) t = t.view({info.shape[0], info.shape[1]});
+  else if (info.shape.size() == 3) t = t.view({info.shape[0], info.shape[1], info.shape[2]});
+  reader.read_into(name, t);
+  return out;
+}
+
+// The HF-named tensor `hf_name` cut out of Ingot's flat buffer (host doubles).
+std::vector<double> hf_slice(const std::vector<ParamEntry>& entries, const std::vector<double>& flat,
+                             const std::string& hf_name) {
+  for (const ParamEntry& e : entries)
+    for (const HfPiece& piece : e.pieces)
+      if (piece.hf_name == hf_name) {
+        const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
+        return std::vector<double>(flat.begin() + e.offset + piece.row_begin * cols,
+                                   flat.begin() + e.offset + piece.row_end * cols);
+      }
+  ADD_FAILURE() << "no parameter maps to " << hf_name;
+  return {};
+}
+
+struct FixtureRun {
+  double loss = 0;
+  std::vector<double> logits, grads, updated;
+  std::vector<ParamEntry> entries;
+};
+
+FixtureRun run_fixture(const std::string& arch, const std::string& precision) {
+  const std::string dir = fixture_dir(arch);
+  const ModelConfig config = load_model_config(dir);
+  const io::SafeTensorsReader expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
+  const std::vector<double> ids = read_doubles(expected, "input_ids"), labels = read_doubles(expected, "labels");
+  const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
+
+  // HF shifts labels inside the loss: position t predicts labels[t+1]; the last position has none.
+  std::vector<int32_t> input_ids(B * T), targets(B * T), positions(B * T);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      input_ids[b * T + t] = static_cast<int32_t>(ids[b * T + t]);
+      targets[b * T + t] = t + 1 < T ? static_cast<int32_t>(labels[b * T + t + 1]) : ops::kIgnoreIndex;
+      positions[b * T + t] = static_cast<int32_t>(t);
+    }
+  int64_t count = 0;
+  for (int32_t t : targets) count += t != ops::kIgnoreIndex;
+
+  Context ctx;
+  ctx.num_threads = 2;
+  const Recipe recipe = make_recipe(precision, Device::cpu);
+  Transformer model(config, recipe, ctx, B, T);
+  io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  HostBatch batch{input_ids.data(), targets.data(), positions.data(), nullptr};
+  model.load_batch(batch);
+
+  FixtureRun run;
+  run.entries = model.entries();
+  run.logits = model.forward_logits();
+  run.loss = model.forward_backward(1.0 / static_cast<double>(count)) / static_cast<double>(count);
+  run.grads = to_host_doubles(ctx, model.grads());
+
+  AdamWConfig adam;  // the fixture's torch.optim.AdamW: decay on every parameter, no clipping
+  adam.beta1 = 0.9;
+  adam.beta2 = 0.95;
+  adam.eps = 1e-8;
+  adam.weight_decay = 0.1;
+  adam.max_grad_norm = 0;
+  adam.decay_norms = adam.decay_biases = adam.decay_embeddings = true;
+  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+  optimizer.step(model.weights(), model.grads(), 1e-2, 1);
+  run.updated = to_host_doubles(ctx, model.weights());
+  return run;
+}
+
+void check_fixture(const std::string& arch, const std::string& precision, double logits_tol, double grad_tol) {
+  const std::string dir = fixture_dir(arch);
+  const FixtureRun run = run_fixture(arch, precision);
+  const io::SafeTensorsReader expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
+  const io::SafeTensorsReader weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
+
+  EXPECT_LE(test::relative_error(run.logits, read_doubles(expected, "logits")), logits_tol) << arch << " logits";
+  const double loss = read_doubles(expected, "loss")[0];
+  EXPECT_LE(std::fabs(run.loss - loss) / std::fabs(loss), logits_tol) << arch << " loss " << run.loss << " vs " << loss;
+  int checked = 0;
+  for (const std::string& name : weights.names()) {
+    const double g = test::relative_error(hf_slice(run.entries, run.grads, name), read_doubles(expected, "grad." + name));
+    EXPECT_LE(g, grad_tol) << arch << " grad." << name;
+    const double w = test::relative_error(hf_slice(run.entries, run.updated, name), read_doubles(expected, "adamw." + name));
+    EXPECT_LE(w, grad_tol) << arch << " adamw." << name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 15);
+}
+
+}  // namespace
+
+class HfFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfFixture, MatchesTransformersInFloat64) { check_fixture(GetParam(), "fp64", 1e-10, 1e-10); }
+TEST_P(HfFixture, MatchesTransformersInFloat32) { check_fixture(GetParam(), "fp32", 1e-5, 1e-4); }
+
+TEST_P(HfFixture, ExportThenImportIsExact) {
+  const std::string arch = GetParam();
+  const ModelConfig config = load_model_config(fixture_dir(arch));
+  const auto entries = plan_parameters(config);
+  Context ctx;
+  std::vector<float> original(total_numel(entries), 0.0f), reloaded(original.size(), 0.0f);
+  Tensor flat(original.data(), DType::f32, Device::cpu, {static_cast<int64_t>(original.size())});
+  io::load_hf_weights(ctx, fixture_dir(arch), entries, flat);
+  const std::string out = test::temp_dir("export_" + arch);
+  // A small shard limit forces the sharded layout with model.safetensors.index.json.
+  io::save_hf_model(out, config, entries, flat, DType::f32, 64 * 1024);
+  ASSERT_TRUE(fs::exists(out + "/model.safetensors.index.json"));
+  const ModelConfig again = load_model_config(out);
+  EXPECT_EQ(again.model_type, config.model_type);
+  EXPECT_EQ(again.head_dim, config.head_dim);
+  EXPECT_EQ(again.tie_word_embeddings, config.tie_word_embeddings);
+  Tensor flat2(reloaded.data(), DType::f32, Device::cpu, {static_cast<int64_t>(reloaded.size())});
+  io::load_hf_weights(ctx, out, plan_parameters(again), flat2);
+  EXPECT_EQ(0, std::memcmp(original.data(), reloaded.data(), original.size() * sizeof(float)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("llama", "qwen2", "qwen3"));
