@@ -1,0 +1,862 @@
+// CUDA ops against their CPU twins (ctest -L cuda, on a machine with a GPU).
+//
+// Every case: fresh random inputs (never zeros), rounded to bf16 so that both backends see the same
+// values; the CPU twin runs in f32 on those values, the CUDA op in bf16 (f32 where the contract
+// says so). CUDA outputs that an op overwrites are poisoned with NaN first, so unwritten elements
+// fail; outputs that accumulate start from the same random values on both sides. The error is
+// norm-wise, ||cuda - cpu|| / ||cpu|| (test_util.h); NaN never passes.
+//
+// Tolerances (also in docs/cuda.md):
+//   | output                                                      | tolerance |
+//   |-------------------------------------------------------------|-----------|
+//   | bf16 outputs of every op (one bf16 rounding of an f32 value) | 1e-2      |
+//   | f32 statistics from bf16 operands: rstd, lse, losses         | 1e-4      |
+//   | f32 parameter grads from bf16 operands (sum order differs)   | 1e-4      |
+//   | f32 outputs from f32 operands: adamw master/m/v, all-f32 adamw| 1e-5      |
+//   | sum_squares (f64 accumulation of bf16 values)                | 1e-6      |
+//   | zero, copy, graph replay, determinism                        | exact     |
+//
+// Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaPerf.*' prints GB/s or
+// TFLOP/s per op at LLM-sized shapes; it asserts nothing about speed.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ingot/core/context.h"
+#include "ingot/core/dtype.h"
+#include "ingot/core/tensor.h"
+#include "ingot/ops/cpu/cpu_ops.h"
+#include "ingot/ops/cuda/device.h"
+#include "ingot/ops/ops.h"
+#include "test_util.h"
+
+namespace ingot::test {
+namespace {
+
+constexpr double kTolBf16 = 1e-2;
+constexpr double kTolStat = 1e-4;
+constexpr double kTolGradF32 = 1e-4;
+constexpr double kTolF32 = 1e-5;
+
+using Floats = std::vector<float>;
+using Dims = std::vector<int64_t>;
+
+int64_t numel_of(const Dims& dims) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  return n;
+}
+
+Tensor make_tensor(void* data, DType dtype, Device device, const Dims& dims) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = static_cast<int>(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) t.shape[i] = dims[i];
+  return t;
+}
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+// Normal values rounded to bf16, nonzero.
+Floats randn(int64_t n, uint64_t seed, double stddev = 1.0, double mean = 0.0) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(mean, stddev);
+  Floats v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    float f = round_bf16(static_cast<float>(dist(rng)));
+    if (f == 0.f) f = 0.0078125f;
+    x = f;
+  }
+  return v;
+}
+
+Floats abs_of(Floats v) {
+  for (auto& x : v) x = std::fabs(x);
+  return v;
+}
+
+std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(lo, hi - 1);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// A CPU f32 tensor that owns its values.
+struct HostF32 {
+  Floats v;
+  Tensor t;
+  HostF32(Floats values, const Dims& dims) : v(std::move(values)) {
+    t = make_tensor(v.data(), DType::f32, Device::cpu, dims);
+  }
+  HostF32(const HostF32&) = delete;
+};
+
+struct HostI32 {
+  std::vector<int32_t> v;
+  Tensor t;
+  HostI32(std::vector<int32_t> values, const Dims& dims) : v(std::move(values)) {
+    t = make_tensor(v.data(), DType::i32, Device::cpu, dims);
+  }
+  HostI32(const HostI32&) = delete;
+};
+
+::testing::AssertionResult close(const Floats& cuda_values, const Floats& cpu_values, double tol,
+                                 const std::string& what) {
+  if (cuda_values.size() != cpu_values.size())
+    return ::testing::AssertionFailure() << what << ": size " << cuda_values.size() << " vs "
+                                         << cpu_values.size();
+  const double err = relative_error(cuda_values.data(), cpu_values.data(),
+                                    static_cast<int64_t>(cpu_values.size()));
+  if (err <= tol) return ::testing::AssertionSuccess() << what << ": rel err " << err;
+  // Name the first offending element to tell "unwritten" (NaN) from "wrong".
+  size_t worst = 0;
+  double worst_diff = -1;
+  for (size_t i = 0; i < cpu_values.size(); ++i) {
+    const double d = std::isnan(cuda_values[i]) ? std::numeric_limits<double>::infinity()
+                                                : std::fabs(cuda_values[i] - cpu_values[i]);
+    if (d > worst_diff) { worst_diff = d; worst = i; }
+  }
+  return ::testing::AssertionFailure() << what << ": rel err " << err << " > " << tol
+                                       << "; worst element " << worst << ": cuda "
+                                       << cuda_values[worst] << " cpu " << cpu_values[worst];
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  static CudaState* state_;
+
+  static void SetUpTestSuite() {
+    if (cuda::device_available() && !state_) state_ = cuda::create_state(0);
+  }
+  static void TearDownTestSuite() {
+    cuda::destroy_state(state_);
+    state_ = nullptr;
+  }
+
+  void SetUp() override {
+    if (!state_) GTEST_SKIP() << "no CUDA device";
+    gpu.device = Device::cuda;
+    gpu.cuda = state_;
+    cpu.device = Device::cpu;
+    cpu.num_threads = 2;
+  }
+  void TearDown() override {
+    if (state_) cuda::synchronize(state_);
+    for (void* p : allocations_) cuda::device_free(p);
+  }
+
+  Tensor alloc(DType dtype, const Dims& dims) {
+    const int64_t bytes = std::max<int64_t>(numel_of(dims) * dtype_size(dtype), 1);
+    void* p = cuda::device_alloc(bytes);
+    allocations_.push_back(p);
+    return make_tensor(p, dtype, Device::cuda, dims);
+  }
+
+  // Device tensor of dtype (bf16 or f32) holding `values` (converted; bf16 values are exact).
+  Tensor upload(const Floats& values, DType dtype, const Dims& dims) {
+    Tensor t = alloc(dtype, dims);
+    EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+    write(t, values);
+    return t;
+  }
+  Tensor upload_i32(const std::vector<int32_t>& values, const Dims& dims) {
+    Tensor t = alloc(DType::i32, dims);
+    cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
+    return t;
+  }
+  void write(Tensor t, const Floats& values) {
+    if (t.dtype == DType::f32) {
+      cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
+    } else {
+      std::vector<uint16_t> bits(values.size());
+      for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+      cuda::copy_to_device(t.data, bits.data(), t.bytes(), state_);
+    }
+  }
+  Floats download(const Tensor& t) {
+    Floats out(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::f32) {
+      cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
+    } else {
+      std::vector<uint16_t> bits(out.size());
+      cuda::copy_to_host(bits.data(), t.data, t.bytes(), state_);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+    }
+    return out;
+  }
+  std::vector<uint8_t> download_bytes(const Tensor& t) {
+    std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
+    cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
+    return out;
+  }
+  // NaN in every element, so that elements an op forgets to write fail the comparison.
+  void poison(Tensor t) {
+    write(t, Floats(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN()));
+  }
+  Tensor poisoned(DType dtype, const Dims& dims) {
+    Tensor t = alloc(dtype, dims);
+    poison(t);
+    return t;
+  }
+
+  Context gpu, cpu;
+
+ private:
+  std::vector<void*> allocations_;
+};
+
+CudaState* CudaOps::state_ = nullptr;
+
+// ---- memory ---------------------------------------------------------------------------------------
+
+TEST_F(CudaOps, ZeroCopyAddInplace) {
+  for (int64_t n : {4096, 1001}) {
+    const Floats x = randn(n, 1), y = randn(n, 2);
+    // zero
+    Tensor z = upload(x, DType::bf16, {n});
+    ops::zero(gpu, z);
+    const Floats zeros = download(z);
+    EXPECT_TRUE(std::all_of(zeros.begin(), zeros.end(), [](float f) { return f == 0.f; }));
+    // copy f32 -> bf16 -> f32: values are bf16-exact, so the round trip is exact
+    Floats wide = randn(n, 3);
+    for (auto& f : wide) f *= 1.0f + 1.0f / 1024;  // not bf16-exact: exercises rounding
+    Tensor src32 = upload(wide, DType::f32, {n});
+    Tensor dst16 = poisoned(DType::bf16, {n});
+    ops::copy(gpu, dst16, src32);
+    Floats expect16(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) expect16[i] = round_bf16(wide[i]);
+    EXPECT_EQ(download(dst16), expect16) << "copy f32->bf16 rounds to nearest even";
+    Tensor dst32 = poisoned(DType::f32, {n});
+    ops::copy(gpu, dst32, dst16);
+    EXPECT_EQ(download(dst32), expect16) << "copy bf16->f32 is exact";
+    // add_inplace: bf16 += bf16 and f32 += bf16
+    HostF32 cx(x, {n}), cy(y, {n});
+    ops::add_inplace(cpu, cx.t, cy.t);
+    Tensor gx = upload(x, DType::bf16, {n}), gy = upload(y, DType::bf16, {n});
+    ops::add_inplace(gpu, gx, gy);
+    EXPECT_TRUE(close(download(gx), cx.v, kTolBf16, "add_inplace bf16"));
+    Tensor gx32 = upload(x, DType::f32, {n});
+    ops::add_inplace(gpu, gx32, gy);
+    EXPECT_TRUE(close(download(gx32), cx.v, kTolF32, "add_inplace f32 += bf16"));
+  }
+}
+
+// ---- embedding --------------------------------------------------------------------------------
+
+TEST_F(CudaOps, Embedding) {
+  for (int64_t C : {64, 36}) {
+    const int64_t V = 97, N = 300;  // N >> V: many repeated ids
+    const Floats table = randn(V * C, 10), dout = randn(N * C, 11), dtable0 = randn(V * C, 12);
+    const std::vector<int32_t> ids = randint(N, 0, int32_t(V), 13);
+    HostI32 cids(ids, {N});
+    HostF32 ctable(table, {V, C}), cout(Floats(N * C), {N, C});
+    ops::embedding_forward(cpu, cout.t, cids.t, ctable.t);
+    Tensor gids = upload_i32(ids, {N});
+    Tensor gtable = upload(table, DType::bf16, {V, C});
+    Tensor gout = poisoned(DType::bf16, {N, C});
+    ops::embedding_forward(gpu, gout, gids, gtable);
+    EXPECT_TRUE(close(download(gout), cout.v, 0.0, "embedding_forward (a gather is exact)"));
+
+    HostF32 cdout(dout, {N, C}), cdtable(dtable0, {V, C});
+    ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t);
+    Tensor gdout = upload(dout, DType::bf16, {N, C});
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor gdtable = upload(dtable0, dt, {V, C});
+      ops::embedding_backward(gpu, gdtable, gdout, gids);
+      EXPECT_TRUE(close(download(gdtable), cdtable.v, dt == DType::f32 ? kTolGradF32 : kTolBf16,
+                        "embedding_backward dtable " + std::string(dtype_name(dt))));
+    }
+  }
+}
+
+// ---- RMSNorm ----------------------------------------------------------------------------------
+
+TEST_F(CudaOps, RmsNorm) {
+  for (int64_t C : {256, 100, 4096}) {
+    const int64_t R = 37;
+    const double eps = 1e-5;
+    const Floats x = randn(R * C, 20), w = randn(C, 21, 0.5, 1.0), dout = randn(R * C, 22),
+                 din0 = randn(R * C, 23), dw0 = randn(C, 24);
+    HostF32 cx(x, {R, C}), cw(w, {C}), cout(Floats(R * C), {R, C}), crstd(Floats(R), {R});
+    ops::rmsnorm_forward(cpu, cout.t, crstd.t, cx.t, cw.t, eps);
+    Tensor gx = upload(x, DType::bf16, {R, C}), gw = upload(w, DType::bf16, {C});
+    Tensor gout = poisoned(DType::bf16, {R, C}), grstd = poisoned(DType::f32, {R});
+    ops::rmsnorm_forward(gpu, gout, grstd, gx, gw, eps);
+    EXPECT_TRUE(close(download(gout), cout.v, kTolBf16, "rmsnorm_forward out C=" + std::to_string(C)));
+    EXPECT_TRUE(close(download(grstd), crstd.v, kTolStat, "rmsnorm_forward rstd"));
+
+    // Backward on the CPU's rstd, so that both sides see identical inputs.
+    HostF32 cdout(dout, {R, C}), cdin(din0, {R, C}), cdw(dw0, {C});
+    ops::rmsnorm_backward(cpu, cdin.t, cdw.t, cdout.t, cx.t, cw.t, crstd.t);
+    Tensor gdout = upload(dout, DType::bf16, {R, C}), grs = upload(crstd.v, DType::f32, {R});
+    Tensor gdin = upload(din0, DType::bf16, {R, C}), gdw = upload(dw0, DType::f32, {C});
+    ops::rmsnorm_backward(gpu, gdin, gdw, gdout, gx, gw, grs);
+    EXPECT_TRUE(close(download(gdin), cdin.v, kTolBf16, "rmsnorm_backward din (accumulates)"));
+    EXPECT_TRUE(close(download(gdw), cdw.v, kTolGradF32, "rmsnorm_backward dweight f32"));
+    Tensor gdw16 = upload(dw0, DType::bf16, {C});
+    ops::rmsnorm_backward(gpu, Tensor{}, gdw16, gdout, gx, gw, grs);
+    EXPECT_TRUE(close(download(gdw16), cdw.v, kTolBf16, "rmsnorm_backward dweight bf16"));
+  }
+}
+
+// ---- qk-norm ----------------------------------------------------------------------------------
+
+TEST_F(CudaOps, QkNorm) {
+  for (int64_t D : {64, 128, 24}) {
+    const int64_t N = 19, Hq = 4, Hkv = 2, Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
+    const double eps = 1e-6;
+    const Floats x = randn(N * Htot * D, 30), wq = randn(D, 31, 0.5, 1.0), wk = randn(D, 32, 0.5, 1.0),
+                 dout = randn(N * Htot * D, 33), dwq0 = randn(D, 34), dwk0 = randn(D, 35);
+    const Dims shape{N, Htot, D};
+    HostF32 cx(x, shape), cwq(wq, {D}), cwk(wk, {D}), cout(Floats(x.size()), shape),
+        crstd(Floats(N * Hn), {N, Hn});
+    ops::qk_norm_forward(cpu, cout.t, crstd.t, cx.t, cwq.t, cwk.t, Hq, Hkv, eps);
+    Tensor gx = upload(x, DType::bf16, shape), gwq = upload(wq, DType::bf16, {D}),
+           gwk = upload(wk, DType::bf16, {D});
+    Tensor gout = poisoned(DType::bf16, shape), grstd = poisoned(DType::f32, {N, Hn});
+    ops::qk_norm_forward(gpu, gout, grstd, gx, gwq, gwk, Hq, Hkv, eps);
+    EXPECT_TRUE(close(download(gout), cout.v, kTolBf16, "qk_norm_forward out D=" + std::to_string(D)));
+    EXPECT_TRUE(close(download(grstd), crstd.v, kTolStat, "qk_norm_forward rstd"));
+
+    HostF32 cdout(dout, shape), cdin(Floats(x.size()), shape), cdwq(dwq0, {D}), cdwk(dwk0, {D});
+    ops::qk_norm_backward(cpu, cdin.t, cdwq.t, cdwk.t, cdout.t, cx.t, cwq.t, cwk.t, crstd.t, Hq, Hkv);
+    Tensor gdout = upload(dout, DType::bf16, shape), grs = upload(crstd.v, DType::f32, {N, Hn});
+    Tensor gdin = poisoned(DType::bf16, shape);
+    Tensor gdwq = upload(dwq0, DType::f32, {D}), gdwk = upload(dwk0, DType::f32, {D});
+    ops::qk_norm_backward(gpu, gdin, gdwq, gdwk, gdout, gx, gwq, gwk, grs, Hq, Hkv);
+    EXPECT_TRUE(close(download(gdin), cdin.v, kTolBf16, "qk_norm_backward din"));
+    EXPECT_TRUE(close(download(gdwq), cdwq.v, kTolGradF32, "qk_norm_backward dq_weight"));
+    EXPECT_TRUE(close(download(gdwk), cdwk.v, kTolGradF32, "qk_norm_backward dk_weight"));
+  }
+}
+
+// ---- linear -----------------------------------------------------------------------------------
+
+TEST_F(CudaOps, Linear) {
+  struct Case { int64_t N, I, O; bool bias; };
+  for (const Case& c : {Case{70, 96, 48, true}, Case{33, 40, 24, false}, Case{256, 512, 384, true}}) {
+    const std::string tag = " N=" + std::to_string(c.N) + " I=" + std::to_string(c.I) +
+                            " O=" + std::to_string(c.O);
+    const Floats x = randn(c.N * c.I, 40), w = randn(c.O * c.I, 41, 0.1), b = randn(c.O, 42),
+                 dout = randn(c.N * c.O, 43), dw0 = randn(c.O * c.I, 44, 0.1), db0 = randn(c.O, 45);
+    HostF32 cx(x, {c.N, c.I}), cw(w, {c.O, c.I}), cb(b, {c.O}), cout(Floats(c.N * c.O), {c.N, c.O});
+    ops::linear_forward(cpu, cout.t, cx.t, cw.t, c.bias ? cb.t : Tensor{});
+    Tensor gx = upload(x, DType::bf16, {c.N, c.I}), gw = upload(w, DType::bf16, {c.O, c.I}),
+           gb = upload(b, DType::bf16, {c.O});
+    Tensor gout = poisoned(DType::bf16, {c.N, c.O});
+    ops::linear_forward(gpu, gout, gx, gw, c.bias ? gb : Tensor{});
+    EXPECT_TRUE(close(download(gout), cout.v, kTolBf16, "linear_forward" + tag));
+
+    HostF32 cdout(dout, {c.N, c.O}), cdin(Floats(c.N * c.I), {c.N, c.I}), cdw(dw0, {c.O, c.I}),
+        cdb(db0, {c.O});
+    ops::linear_backward(cpu, cdin.t, cdw.t, c.bias ? cdb.t : Tensor{}, cdout.t, cx.t, cw.t);
+    Tensor gdout = upload(dout, DType::bf16, {c.N, c.O});
+    Tensor gdin = poisoned(DType::bf16, {c.N, c.I});
+    Tensor gdw = upload(dw0, DType::f32, {c.O, c.I}), gdb = upload(db0, DType::f32, {c.O});
+    ops::linear_backward(gpu, gdin, gdw, c.bias ? gdb : Tensor{}, gdout, gx, gw);
+    EXPECT_TRUE(close(download(gdin), cdin.v, kTolBf16, "linear_backward din" + tag));
+    EXPECT_TRUE(close(download(gdw), cdw.v, kTolGradF32, "linear_backward dweight f32 (accumulates)" + tag));
+    if (c.bias) EXPECT_TRUE(close(download(gdb), cdb.v, kTolGradF32, "linear_backward dbias f32" + tag));
+    // bf16 gradient buffers, accumulating too.
+    Tensor gdw16 = upload(dw0, DType::bf16, {c.O, c.I}), gdb16 = upload(db0, DType::bf16, {c.O});
+    ops::linear_backward(gpu, Tensor{}, gdw16, c.bias ? gdb16 : Tensor{}, gdout, gx, gw);
+    EXPECT_TRUE(close(download(gdw16), cdw.v, kTolBf16, "linear_backward dweight bf16" + tag));
+    if (c.bias) EXPECT_TRUE(close(download(gdb16), cdb.v, kTolBf16, "linear_backward dbias bf16" + tag));
+  }
+}
+
+// ---- rope -------------------------------------------------------------------------------------
+
+TEST_F(CudaOps, Rope) {
+  for (int64_t D : {64, 128}) {
+    const int64_t N = 23, Htot = 8, rotated = 6;
+    const Dims shape{N, Htot, D};
+    const Floats x = randn(N * Htot * D, 50);
+    const std::vector<int32_t> pos = randint(N, 0, 8192, 51);
+    Floats inv_freq(D / 2);
+    for (int64_t i = 0; i < D / 2; ++i)
+      inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * double(i) / double(D)));
+    HostI32 cpos(pos, {N});
+    HostF32 cf(inv_freq, {D / 2});
+    Tensor gpos = upload_i32(pos, {N}), gf = upload(inv_freq, DType::f32, {D / 2});
+    for (int direction : {+1, -1}) {
+      HostF32 cx(x, shape);
+      Tensor gx = upload(x, DType::bf16, shape);
+      if (direction > 0) {
+        ops::rope_forward(cpu, cx.t, cpos.t, cf.t, int(rotated));
+        ops::rope_forward(gpu, gx, gpos, gf, int(rotated));
+      } else {
+        ops::rope_backward(cpu, cx.t, cpos.t, cf.t, int(rotated));
+        ops::rope_backward(gpu, gx, gpos, gf, int(rotated));
+      }
+      EXPECT_TRUE(close(download(gx), cx.v, kTolBf16,
+                        std::string(direction > 0 ? "rope_forward" : "rope_backward") + " D=" + std::to_string(D)));
+    }
+  }
+}
+
+// ---- attention --------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t B, T, Hq, Hkv, D;
+  bool segments;
+};
+
+std::string attention_name(const AttentionCase& c) {
+  return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " Hq=" + std::to_string(c.Hq) +
+         " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) + (c.segments ? " +segments" : "");
+}
+
+// Packed documents: segment ids increase along each row, documents of random length.
+std::vector<int32_t> make_segments(int64_t B, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(2, T / 3));
+  std::vector<int32_t> seg(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t id = 0;
+    int64_t left = len(rng);
+    for (int64_t t = 0; t < T; ++t) {
+      if (left-- == 0) { ++id; left = len(rng) - 1; }
+      seg[b * T + t] = id;
+    }
+  }
+  return seg;
+}
+
+TEST_F(CudaOps, Attention) {
+  const AttentionCase cases[] = {
+      {2, 77, 4, 2, 64, false},   // GQA, T not a multiple of the 64-row tile
+      {1, 130, 4, 1, 128, false}, // D = 128, MQA-like grouping
+      {2, 100, 4, 2, 64, true},   // document masking
+      {1, 150, 2, 2, 128, true},
+      {1, 33, 2, 1, 16, false},   // small generic head dim
+      {1, 40, 3, 1, 20, true},    // head dim not a multiple of 8 (scalar loads)
+  };
+  for (const AttentionCase& c : cases) {
+    const std::string name = attention_name(c);
+    const int64_t Htot = c.Hq + 2 * c.Hkv;
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    const Dims qkv_shape{c.B, c.T, Htot, c.D}, out_shape{c.B, c.T, c.Hq, c.D}, lse_shape{c.B, c.Hq, c.T};
+    const Floats qkv = randn(numel_of(qkv_shape), 60 + c.T), dout = randn(numel_of(out_shape), 61 + c.T);
+    const std::vector<int32_t> seg = c.segments ? make_segments(c.B, c.T, 62) : std::vector<int32_t>{};
+    HostI32 cseg(seg, {c.B, c.T});
+    Tensor cseg_t = c.segments ? cseg.t : Tensor{};
+    Tensor gseg = c.segments ? upload_i32(seg, {c.B, c.T}) : Tensor{};
+
+    HostF32 cqkv(qkv, qkv_shape), cout(Floats(numel_of(out_shape)), out_shape),
+        clse(Floats(numel_of(lse_shape)), lse_shape);
+    ops::attention_forward(cpu, cout.t, clse.t, cqkv.t, cseg_t, int(c.Hq), int(c.Hkv), scale);
+    Tensor gqkv = upload(qkv, DType::bf16, qkv_shape);
+    Tensor gout = poisoned(DType::bf16, out_shape), glse = poisoned(DType::f32, lse_shape);
+    ops::attention_forward(gpu, gout, glse, gqkv, gseg, int(c.Hq), int(c.Hkv), scale);
+    EXPECT_TRUE(close(download(gout), cout.v, kTolBf16, "attention_forward out " + name));
+    EXPECT_TRUE(close(download(glse), clse.v, kTolStat, "attention_forward lse " + name));
+
+    // Backward from identical saved tensors: out rounded to bf16 on both sides, the CPU's lse.
+    Floats out16 = cout.v;
+    for (auto& f : out16) f = round_bf16(f);
+    HostF32 cout16(out16, out_shape), cdout(dout, out_shape), cdqkv(Floats(qkv.size()), qkv_shape);
+    ops::attention_backward(cpu, cdqkv.t, cdout.t, cout16.t, clse.t, cqkv.t, cseg_t, int(c.Hq),
+                            int(c.Hkv), scale);
+    Tensor gout16 = upload(out16, DType::bf16, out_shape), glse_c = upload(clse.v, DType::f32, lse_shape);
+    Tensor gdout = upload(dout, DType::bf16, out_shape);
+    Tensor gdqkv = poisoned(DType::bf16, qkv_shape);
+    ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, gseg, int(c.Hq), int(c.Hkv), scale);
+    const Floats got = download(gdqkv);
+    EXPECT_TRUE(close(got, cdqkv.v, kTolBf16, "attention_backward dqkv " + name));
+    // Per part, so that a wrong dq, dk or dv is named.
+    const char* part_names[3] = {"dq", "dk", "dv"};
+    const int64_t part_begin[3] = {0, c.Hq, c.Hq + c.Hkv}, part_end[3] = {c.Hq, c.Hq + c.Hkv, Htot};
+    for (int p = 0; p < 3; ++p) {
+      Floats a, b;
+      for (int64_t bt = 0; bt < c.B * c.T; ++bt)
+        for (int64_t h = part_begin[p]; h < part_end[p]; ++h)
+          for (int64_t d = 0; d < c.D; ++d) {
+            a.push_back(got[(bt * Htot + h) * c.D + d]);
+            b.push_back(cdqkv.v[(bt * Htot + h) * c.D + d]);
+          }
+      EXPECT_TRUE(close(a, b, kTolBf16, std::string("attention_backward ") + part_names[p] + " " + name));
+    }
+  }
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------------
+
+TEST_F(CudaOps, SwiGlu) {
+  for (int64_t F : {72, 20}) {
+    const int64_t N = 31;
+    const Floats gu = randn(N * 2 * F, 70, 2.0), dout = randn(N * F, 71);
+    HostF32 cgu(gu, {N, 2 * F}), cout(Floats(N * F), {N, F});
+    ops::swiglu_forward(cpu, cout.t, cgu.t);
+    Tensor ggu = upload(gu, DType::bf16, {N, 2 * F}), gout = poisoned(DType::bf16, {N, F});
+    ops::swiglu_forward(gpu, gout, ggu);
+    EXPECT_TRUE(close(download(gout), cout.v, kTolBf16, "swiglu_forward F=" + std::to_string(F)));
+    HostF32 cdout(dout, {N, F}), cdgu(Floats(N * 2 * F), {N, 2 * F});
+    ops::swiglu_backward(cpu, cdgu.t, cdout.t, cgu.t);
+    Tensor gdout = upload(dout, DType::bf16, {N, F}), gdgu = poisoned(DType::bf16, {N, 2 * F});
+    ops::swiglu_backward(gpu, gdgu, gdout, ggu);
+    EXPECT_TRUE(close(download(gdgu), cdgu.v, kTolBf16, "swiglu_backward F=" + std::to_string(F)));
+  }
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------------
+
+TEST_F(CudaOps, CrossEntropy) {
+  for (int64_t V : {1000, 515, 32768}) {
+    const int64_t N = 40;
+    const double scale = 1.0 / 37.0;
+    const Floats logits = randn(N * V, 80, 2.0);
+    std::vector<int32_t> targets = randint(N, 0, int32_t(V), 81);
+    for (int64_t n = 0; n < N; n += 7) targets[n] = ops::kIgnoreIndex;
+    HostI32 ct(targets, {N});
+    HostF32 cl(logits, {N, V}), closs(Floats(N), {N}), cd(Floats(N * V), {N, V});
+    ops::cross_entropy(cpu, closs.t, cd.t, cl.t, ct.t, scale);
+    Tensor gt = upload_i32(targets, {N});
+    const std::string tag = " V=" + std::to_string(V);
+    {  // separate dlogits
+      Tensor gl = upload(logits, DType::bf16, {N, V});
+      Tensor gloss = poisoned(DType::f32, {N}), gd = poisoned(DType::bf16, {N, V});
+      ops::cross_entropy(gpu, gloss, gd, gl, gt, scale);
+      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy losses" + tag));
+      EXPECT_TRUE(close(download(gd), cd.v, kTolBf16, "cross_entropy dlogits" + tag));
+    }
+    {  // dlogits aliasing logits
+      Tensor gl = upload(logits, DType::bf16, {N, V});
+      Tensor gloss = poisoned(DType::f32, {N});
+      ops::cross_entropy(gpu, gloss, gl, gl, gt, scale);
+      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy in place losses" + tag));
+      EXPECT_TRUE(close(download(gl), cd.v, kTolBf16, "cross_entropy in place dlogits" + tag));
+    }
+    {  // loss only
+      Tensor gl = upload(logits, DType::bf16, {N, V});
+      Tensor gloss = poisoned(DType::f32, {N});
+      ops::cross_entropy(gpu, gloss, Tensor{}, gl, gt, scale);
+      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy loss only" + tag));
+    }
+  }
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+TEST_F(CudaOps, AdamW) {
+  ops::AdamWHyper hyper;
+  hyper.lr = 1e-2;
+  hyper.weight_decay = 0.1;
+  hyper.step = 3;
+  hyper.grad_scale = 0.5;
+  for (int64_t n : {4096, 999}) {
+    const std::string tag = " n=" + std::to_string(n);
+    const Floats p = randn(n, 90), g = randn(n, 91), m = randn(n, 92, 0.1), v = abs_of(randn(n, 93, 0.1));
+    // bf16 param + bf16 grad + f32 master/m/v (the BF16 recipe).
+    {
+      HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n}), cmaster(p, {n});
+      ops::adamw_update(cpu, cp.t, cg.t, cm.t, cv.t, cmaster.t, hyper);
+      Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
+      Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n}), gmaster = upload(p, DType::f32, {n});
+      ops::adamw_update(gpu, gp, gg, gm, gv, gmaster, hyper);
+      EXPECT_TRUE(close(download(gmaster), cmaster.v, kTolF32, "adamw master" + tag));
+      EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw m" + tag));
+      EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw v" + tag));
+      EXPECT_TRUE(close(download(gp), cp.v, kTolBf16, "adamw param bf16" + tag));
+      // f32 grad with the bf16 param
+      Tensor gp2 = upload(p, DType::bf16, {n}), gg32 = upload(g, DType::f32, {n});
+      Tensor gm2 = upload(m, DType::f32, {n}), gv2 = upload(v, DType::f32, {n}), gmaster2 = upload(p, DType::f32, {n});
+      ops::adamw_update(gpu, gp2, gg32, gm2, gv2, gmaster2, hyper);
+      EXPECT_TRUE(close(download(gmaster2), cmaster.v, kTolF32, "adamw master, f32 grad" + tag));
+    }
+    // All-f32 tensors, no master.
+    {
+      HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
+      ops::adamw_update(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, hyper);
+      Tensor gp = upload(p, DType::f32, {n}), gg = upload(g, DType::f32, {n});
+      Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n});
+      ops::adamw_update(gpu, gp, gg, gm, gv, Tensor{}, hyper);
+      EXPECT_TRUE(close(download(gp), cp.v, kTolF32, "adamw all-f32 param" + tag));
+      EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw all-f32 m" + tag));
+      EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw all-f32 v" + tag));
+      // bf16 param without master: updated from its bf16 value, rounded once
+      Tensor gp16 = upload(p, DType::bf16, {n}), gg16 = upload(g, DType::bf16, {n});
+      Tensor gm3 = upload(m, DType::f32, {n}), gv3 = upload(v, DType::f32, {n});
+      ops::adamw_update(gpu, gp16, gg16, gm3, gv3, Tensor{}, hyper);
+      EXPECT_TRUE(close(download(gp16), cp.v, kTolBf16, "adamw bf16 param, no master" + tag));
+    }
+  }
+}
+
+TEST_F(CudaOps, SumSquares) {
+  const int64_t sizes[3] = {100003, 4096, 77};
+  double total = 0;
+  std::vector<Tensor> tensors;
+  for (int i = 0; i < 3; ++i) {
+    const Floats x = randn(sizes[i], 100 + i);
+    HostF32 cx(x, {sizes[i]});
+    const double expect = ops::sum_squares(cpu, cx.t);
+    total += expect;
+    Tensor gx = upload(x, i == 1 ? DType::f32 : DType::bf16, {sizes[i]});
+    tensors.push_back(gx);
+    const double got = ops::sum_squares(gpu, gx);
+    EXPECT_NEAR(got, expect, 1e-6 * expect) << "sum_squares n=" << sizes[i];
+  }
+  Tensor result = alloc(DType::f64, {1});
+  cuda::sum_squares_async(gpu, tensors.data(), 3, static_cast<double*>(result.data));
+  double got = 0;
+  cuda::copy_to_host(&got, result.data, sizeof(double), state_);
+  EXPECT_NEAR(got, total, 1e-6 * total) << "sum_squares_async over 3 tensors";
+}
+
+// ---- determinism and graphs -------------------------------------------------------------------
+
+TEST_F(CudaOps, BackwardIsDeterministic) {
+  // Twice from the same inputs and the same starting accumulators: identical bits.
+  auto twice = [&](const std::string& what, const std::function<void()>& reset,
+                   const std::function<void()>& run, const std::vector<Tensor>& outputs) {
+    std::vector<std::vector<uint8_t>> first;
+    reset();
+    run();
+    for (const Tensor& t : outputs) first.push_back(download_bytes(t));
+    reset();
+    run();
+    for (size_t i = 0; i < outputs.size(); ++i)
+      EXPECT_TRUE(download_bytes(outputs[i]) == first[i]) << what << ": output " << i << " differs";
+  };
+  {  // embedding: many repeats of few ids
+    const int64_t N = 8192, V = 50, C = 256;
+    const Floats dout = randn(N * C, 110), d0 = randn(V * C, 111);
+    Tensor ids = upload_i32(randint(N, 0, int32_t(V), 112), {N});
+    Tensor gd = upload(dout, DType::bf16, {N, C}), dt = alloc(DType::f32, {V, C});
+    twice("embedding_backward", [&] { write(dt, d0); }, [&] { ops::embedding_backward(gpu, dt, gd, ids); }, {dt});
+  }
+  {  // rmsnorm: many rows per partial block
+    const int64_t R = 4096, C = 512;
+    const Floats x = randn(R * C, 120), w = randn(C, 121), dout = randn(R * C, 122),
+                 rs = abs_of(randn(R, 123)), din0 = randn(R * C, 124), dw0 = randn(C, 125);
+    Tensor gx = upload(x, DType::bf16, {R, C}), gw = upload(w, DType::bf16, {C}),
+           gdout = upload(dout, DType::bf16, {R, C}), grs = upload(rs, DType::f32, {R});
+    Tensor din = alloc(DType::bf16, {R, C}), dw = alloc(DType::f32, {C});
+    twice("rmsnorm_backward", [&] { write(din, din0); write(dw, dw0); },
+          [&] { ops::rmsnorm_backward(gpu, din, dw, gdout, gx, gw, grs); }, {din, dw});
+  }
+  {  // qk_norm
+    const int64_t N = 2048, Hq = 8, Hkv = 2, D = 128, Htot = Hq + 2 * Hkv;
+    const Floats x = randn(N * Htot * D, 130), dout = randn(N * Htot * D, 131), wq = randn(D, 132),
+                 wk = randn(D, 133), rs = abs_of(randn(N * (Hq + Hkv), 134)), dw0 = randn(D, 135);
+    Tensor gx = upload(x, DType::bf16, {N, Htot, D}), gdout = upload(dout, DType::bf16, {N, Htot, D});
+    Tensor gwq = upload(wq, DType::bf16, {D}), gwk = upload(wk, DType::bf16, {D}),
+           grs = upload(rs, DType::f32, {N, Hq + Hkv});
+    Tensor din = alloc(DType::bf16, {N, Htot, D}), dwq = alloc(DType::f32, {D}), dwk = alloc(DType::f32, {D});
+    twice("qk_norm_backward", [&] { write(dwq, dw0); write(dwk, dw0); },
+          [&] { ops::qk_norm_backward(gpu, din, dwq, dwk, gdout, gx, gwq, gwk, grs, Hq, Hkv); },
+          {din, dwq, dwk});
+  }
+  {  // linear
+    const int64_t N = 1024, I = 512, O = 768;
+    const Floats x = randn(N * I, 140), w = randn(O * I, 141, 0.05), dout = randn(N * O, 142),
+                 dw0 = randn(O * I, 143), db0 = randn(O, 144);
+    Tensor gx = upload(x, DType::bf16, {N, I}), gw = upload(w, DType::bf16, {O, I}),
+           gdout = upload(dout, DType::bf16, {N, O});
+    Tensor din = alloc(DType::bf16, {N, I}), dw = alloc(DType::f32, {O, I}), db = alloc(DType::f32, {O});
+    twice("linear_backward", [&] { write(dw, dw0); write(db, db0); },
+          [&] { ops::linear_backward(gpu, din, dw, db, gdout, gx, gw); }, {din, dw, db});
+  }
+  {  // attention with segments
+    const int64_t B = 2, T = 300, Hq = 4, Hkv = 2, D = 64, Htot = Hq + 2 * Hkv;
+    const double scale = 0.125;
+    Tensor qkv = upload(randn(B * T * Htot * D, 150), DType::bf16, {B, T, Htot, D});
+    Tensor seg = upload_i32(make_segments(B, T, 151), {B, T});
+    Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+    ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), scale);
+    Tensor dout = upload(randn(B * T * Hq * D, 152), DType::bf16, {B, T, Hq, D});
+    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+    twice("attention_backward", [&] { poison(dqkv); },
+          [&] { ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, seg, int(Hq), int(Hkv), scale); },
+          {dqkv});
+  }
+  {  // cross-entropy dlogits
+    const int64_t N = 64, V = 4096;
+    const Floats logits = randn(N * V, 160);
+    Tensor gl = upload(logits, DType::bf16, {N, V}), gt = upload_i32(randint(N, 0, int32_t(V), 161), {N});
+    Tensor loss = alloc(DType::f32, {N}), d = alloc(DType::bf16, {N, V});
+    twice("cross_entropy", [] {}, [&] { ops::cross_entropy(gpu, loss, d, gl, gt, 0.5); }, {loss, d});
+  }
+}
+
+TEST_F(CudaOps, GraphReplayMatchesEager) {
+  const int64_t N = 256, C = 512, O = 1024;
+  const Floats x = randn(N * C, 170), w = randn(C, 171, 0.5, 1.0), lw = randn(O * C, 172, 0.05);
+  Tensor gx = upload(x, DType::bf16, {N, C}), gw = upload(w, DType::bf16, {C}),
+         glw = upload(lw, DType::bf16, {O, C});
+  Tensor normed = alloc(DType::bf16, {N, C}), rstd = alloc(DType::f32, {N}), out = alloc(DType::bf16, {N, O});
+  // rmsnorm + linear, eager then captured and replayed (twice).
+  auto forward = [&] {
+    ops::rmsnorm_forward(gpu, normed, rstd, gx, gw, 1e-5);
+    ops::linear_forward(gpu, out, normed, glw, Tensor{});
+  };
+  forward();
+  const std::vector<uint8_t> eager = download_bytes(out);
+  poison(out);
+  cuda::begin_capture(state_);
+  forward();
+  cuda::end_capture_and_instantiate(state_);
+  for (int i = 0; i < 2; ++i) {
+    poison(out);
+    cuda::replay(state_);
+    cuda::synchronize(state_);
+    EXPECT_TRUE(download_bytes(out) == eager) << "replay " << i << " differs from the eager run";
+  }
+}
+
+// ---- perf mode --------------------------------------------------------------------------------
+
+class CudaPerf : public CudaOps {
+ protected:
+  void SetUp() override {
+    const char* env = std::getenv("INGOT_CUDA_PERF");
+    if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+    CudaOps::SetUp();
+  }
+  // Large random device tensor: a 1M-element random block repeated at shifting offsets (host
+  // generation of billions of normals would dominate the run).
+  Tensor random_device(DType dtype, const Dims& dims, uint64_t seed, double stddev = 1.0,
+                       bool positive = false) {
+    Tensor t = alloc(dtype, dims);
+    const int64_t n = t.numel(), block = int64_t(1) << 20;
+    Floats values = randn(block + 4096, seed, stddev);
+    if (positive) values = abs_of(values);
+    const int64_t elem = dtype_size(dtype);
+    std::vector<uint16_t> bits(values.size());
+    for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
+    for (int64_t at = 0, k = 0; at < n; at += block, ++k) {
+      const int64_t count = std::min(block, n - at), shift = (k * 977) % 4096;
+      const void* src = dtype == DType::f32 ? static_cast<const void*>(values.data() + shift)
+                                            : static_cast<const void*>(bits.data() + shift);
+      cuda::copy_to_device(static_cast<char*>(t.data) + at * elem, src, count * elem, state_);
+    }
+    return t;
+  }
+  // Median milliseconds of `iters` timed runs after `warmup` untimed ones.
+  double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10) {
+    for (int i = 0; i < warmup; ++i) fn();
+    cuda::Event start = cuda::event_create(), end = cuda::event_create();
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      cuda::event_record(start, state_);
+      fn();
+      cuda::event_record(end, state_);
+      ms.push_back(cuda::event_elapsed_ms(start, end));
+    }
+    cuda::event_destroy(start);
+    cuda::event_destroy(end);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+  void report_bytes(const std::string& name, double bytes, double ms) {
+    std::printf("  %-34s %9.3f ms  %8.1f GB/s\n", name.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
+  }
+  void report_flops(const std::string& name, double flops, double ms) {
+    std::printf("  %-34s %9.3f ms  %8.1f TFLOP/s\n", name.c_str(), ms, flops / (ms * 1e-3) / 1e12);
+  }
+};
+
+TEST_F(CudaPerf, LlmShapes) {
+  const int64_t N = 16384, C = 2048, F = 8192, Hq = 16, Hkv = 8, D = 128, B = 4, T = N / B;
+  const int64_t Htot = Hq + 2 * Hkv, V = 32768;
+  std::printf("Ingot CUDA op perf on %s: N=%ld C=%ld F=%ld Hq=%ld Hkv=%ld D=%ld T=%ld V=%ld\n",
+              cuda::device_name().c_str(), long(N), long(C), long(F), long(Hq), long(Hkv), long(D),
+              long(T), long(V));
+  const double e = 2.0;  // bytes per bf16
+  Tensor x = upload(randn(N * C, 1), DType::bf16, {N, C}), y = upload(randn(N * C, 2), DType::bf16, {N, C});
+  Tensor w = upload(randn(C, 3, 0.5, 1.0), DType::bf16, {C});
+  Tensor out = alloc(DType::bf16, {N, C}), rstd = alloc(DType::f32, {N}), dw = alloc(DType::f32, {C});
+  report_bytes("add_inplace bf16", 3 * e * N * C, time_ms([&] { ops::add_inplace(gpu, x, y); }));
+  Tensor x32 = alloc(DType::f32, {N, C});
+  report_bytes("copy bf16->f32", 6.0 * N * C, time_ms([&] { ops::copy(gpu, x32, x); }));
+  report_bytes("rmsnorm_forward", 2 * e * N * C, time_ms([&] { ops::rmsnorm_forward(gpu, out, rstd, x, w, 1e-5); }));
+  report_bytes("rmsnorm_backward", 4 * e * N * C, time_ms([&] { ops::rmsnorm_backward(gpu, out, dw, y, x, w, rstd); }));
+  {
+    const int64_t Vt = 128256;
+    Tensor table = random_device(DType::bf16, {Vt, C}, 4);
+    Tensor ids = upload_i32(randint(N, 0, int32_t(Vt), 5), {N});
+    Tensor dtable = alloc(DType::f32, {Vt, C});
+    report_bytes("embedding_forward", 2 * e * N * C, time_ms([&] { ops::embedding_forward(gpu, out, ids, table); }));
+    report_bytes("embedding_backward (f32 dtable)", (e + 8.0) * N * C,
+                 time_ms([&] { ops::embedding_backward(gpu, dtable, y, ids); }));
+  }
+  {
+    Tensor gu = upload(randn(N * 2 * F, 6), DType::bf16, {N, 2 * F});
+    Tensor s = alloc(DType::bf16, {N, F}), dgu = alloc(DType::bf16, {N, 2 * F});
+    Tensor ds = upload(randn(N * F, 7), DType::bf16, {N, F});
+    report_bytes("swiglu_forward", 3 * e * N * F, time_ms([&] { ops::swiglu_forward(gpu, s, gu); }));
+    report_bytes("swiglu_backward", 5 * e * N * F, time_ms([&] { ops::swiglu_backward(gpu, dgu, ds, gu); }));
+  }
+  {
+    Tensor wl = upload(randn(F * C, 8, 0.02), DType::bf16, {F, C});
+    Tensor o = alloc(DType::bf16, {N, F}), dout = upload(randn(N * F, 9), DType::bf16, {N, F});
+    Tensor din = alloc(DType::bf16, {N, C}), dwl = alloc(DType::f32, {F, C});
+    const double flops = 2.0 * N * C * F;
+    report_flops("linear_forward N x C -> F", flops, time_ms([&] { ops::linear_forward(gpu, o, x, wl, Tensor{}); }));
+    report_flops("linear_backward din+dweight(f32)", 2 * flops,
+                 time_ms([&] { ops::linear_backward(gpu, din, dwl, Tensor{}, dout, x, wl); }));
+  }
+  {
+    Tensor qkv = upload(randn(N * Htot * D, 10), DType::bf16, {B, T, Htot, D});
+    Tensor ao = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+    Tensor dao = upload(randn(N * Hq * D, 11), DType::bf16, {B, T, Hq, D});
+    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+    Tensor pos = upload_i32(randint(N, 0, int32_t(T), 12), {N});
+    Floats inv(D / 2);
+    for (int64_t i = 0; i < D / 2; ++i) inv[i] = float(1.0 / std::pow(10000.0, 2.0 * i / D));
+    Tensor inv_freq = upload(inv, DType::f32, {D / 2});
+    Tensor qw = upload(randn(D, 13), DType::bf16, {D}), kw = upload(randn(D, 14), DType::bf16, {D});
+    Tensor qkv_normed = alloc(DType::bf16, {N, Htot, D}), qk_rstd = alloc(DType::f32, {N, Hq + Hkv});
+    report_bytes("qk_norm_forward", 2 * e * N * Htot * D, time_ms([&] {
+      ops::qk_norm_forward(gpu, qkv_normed, qk_rstd, qkv.view({N, Htot, D}), qw, kw, int(Hq), int(Hkv), 1e-6);
+    }));
+    report_bytes("rope_forward (q and k heads)", 2 * e * N * (Hq + Hkv) * D, time_ms([&] {
+      ops::rope_forward(gpu, qkv_normed, pos, inv_freq, int(Hq + Hkv));
+    }));
+    const double flops = 4.0 * B * T * T * Hq * D / 2;  // causal: half of QK^T and PV
+    report_flops("attention_forward (causal)", flops, time_ms([&] {
+      ops::attention_forward(gpu, ao, lse, qkv, Tensor{}, int(Hq), int(Hkv), 1.0 / std::sqrt(double(D)));
+    }, 1, 5));
+    report_flops("attention_backward (causal, 2.5x fwd)", 2.5 * flops, time_ms([&] {
+      ops::attention_backward(gpu, dqkv, dao, ao, lse, qkv, Tensor{}, int(Hq), int(Hkv), 1.0 / std::sqrt(double(D)));
+    }, 1, 5));
+  }
+  {
+    const int64_t Nc = 4096, Vc = 128256;
+    Tensor logits = random_device(DType::bf16, {Nc, Vc}, 15, 2.0);
+    Tensor targets = upload_i32(randint(Nc, 0, int32_t(Vc), 16), {Nc});
+    Tensor losses = alloc(DType::f32, {Nc});
+    report_bytes("cross_entropy in place (V=128256)", 3 * e * Nc * Vc, time_ms([&] {
+      ops::cross_entropy(gpu, losses, logits, logits, targets, 1.0 / Nc);
+    }));
+  }
+  {
+    const int64_t n = int64_t(1) << 28;  // 268M parameters
+    Tensor p = random_device(DType::bf16, {n}, 17), g = random_device(DType::bf16, {n}, 18);
+    Tensor m = random_device(DType::f32, {n}, 19, 0.01), master = random_device(DType::f32, {n}, 20);
+    Tensor v = random_device(DType::f32, {n}, 21, 0.01, /*positive=*/true);
+    ops::AdamWHyper h;
+    h.lr = 1e-4;
+    report_bytes("adamw_update (bf16 p/g, f32 m/v/master)", n * (2 + 2 + 12 + 2 + 12.0), time_ms([&] {
+      ops::adamw_update(gpu, p, g, m, v, master, h);
+    }));
+    report_bytes("sum_squares bf16 (synchronising)", e * n, time_ms([&] { ops::sum_squares(gpu, g); }));
+  }
+}
+
+}  // namespace
+}  // namespace ingot::test
