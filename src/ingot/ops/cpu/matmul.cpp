@@ -78,8 +78,13 @@ inline void micro_kernel(int64_t kc, const T* __restrict pa, const T* __restrict
   for (int64_t k = 0; k < kc; ++k) {
     const T* b = pb + k * NR;
     const T* a = pa + k * MR;
+    // The pragmas pin the vectorisation to j (contiguous in pb and acc) and unroll i: left to
+    // itself GCC 12 sometimes vectorises across i with permutes (1 GFLOP/s for double 6x16).
+    // `omp simd` only chooses the loop; each acc element still sums k in order.
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       const T ai = a[i];
+#pragma omp simd
       for (int j = 0; j < NR; ++j) acc[i][j] += ai * b[j];
     }
   }
