@@ -393,6 +393,12 @@ TEST_F(SafeTensorsBadInput, WriterRejectsBadInput) {
                {"dup.safetensors", "\"a\"", "twice"});
   expect_error([&] { write_safetensors(path("conv.safetensors"), {{"a", w.tensor, DType::i32}}); },
                {"conv.safetensors", "\"a\"", "I32"});
+  // Sharded: nothing is written when any tensor is bad, even one destined for a later shard.
+  HostTensor<int64_t> big(DType::i64, {1});
+  big.storage = {int64_t{1} << 35};
+  expect_error([&] { write_safetensors_sharded(path("sharded"), {{"a", w.tensor, DType::f32}, {"z", big.tensor, DType::i32}}, 8); },
+               {"sharded", "\"z\"", "I32"});
+  EXPECT_FALSE(fs::exists(path("sharded")));
   EXPECT_FALSE(fs::exists(path("dup.safetensors")));
   EXPECT_FALSE(fs::exists(path("conv.safetensors")));
 }

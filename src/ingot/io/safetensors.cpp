@@ -514,19 +514,14 @@ void SafeTensorsReader::read_into(const std::string& name, Tensor dst) const {
 
 // ---- writer ---------------------------------------------------------------------------------
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// The tensors sorted by name, after checking everything that could fail mid-write, so that no file
+// is touched when the input is bad. `path` names the file or directory being written.
+std::vector<const TensorToWrite*> sorted_checked(const std::string& path, const std::vector<TensorToWrite>& tensors) {
   std::vector<const TensorToWrite*> sorted;
   for (const auto& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
-
-  json header = json::object();
-  json meta = json::object();
-  meta["format"] = "pt";  // what transformers checks before trusting a safetensors file
-  for (const auto& [key, value] : metadata) meta[key] = value;
-  header["__metadata__"] = meta;
-
-  uint64_t offset = 0;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TensorToWrite& t = *sorted[i];
     const std::string where = "writing " + path + ": tensor \"" + t.name + "\"";
@@ -540,6 +535,33 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
       fail(where, ": cannot convert ", dtype_name(t.tensor.dtype), " to ", safetensors_dtype_name(t.dtype_on_disk));
     for (int d = 0; d < t.tensor.ndim; ++d)
       if (t.tensor.shape[d] < 0) fail(where, ": negative dimension in shape ", t.tensor.shape_string());
+    if (t.tensor.dtype == DType::i64 && t.dtype_on_disk == DType::i32) {
+      // Narrowing can fail on a value; check now rather than after other shards are written.
+      for (int64_t j = 0; j < t.tensor.numel(); ++j) {
+        const int64_t v = t.tensor.ptr<const int64_t>()[j];
+        if (v < std::numeric_limits<int32_t>::min() || v > std::numeric_limits<int32_t>::max())
+          fail(where, ": element ", j, " = ", v, " does not fit in I32");
+      }
+    }
+  }
+  return sorted;
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  const std::vector<const TensorToWrite*> sorted = sorted_checked(path, tensors);
+
+  json header = json::object();
+  json meta = json::object();
+  meta["format"] = "pt";  // what transformers checks before trusting a safetensors file
+  for (const auto& [key, value] : metadata) meta[key] = value;
+  header["__metadata__"] = meta;
+
+  uint64_t offset = 0;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const TensorToWrite& t = *sorted[i];
     const uint64_t bytes = static_cast<uint64_t>(t.tensor.numel() * dtype_size(t.dtype_on_disk));
     json shape = json::array();
     for (int d = 0; d < t.tensor.ndim; ++d) shape.push_back(t.tensor.shape[d]);
@@ -587,13 +609,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
 void write_safetensors_sharded(const std::string& dir, const std::vector<TensorToWrite>& tensors,
                                int64_t max_shard_bytes, const std::map<std::string, std::string>& metadata) {
   if (max_shard_bytes <= 0) fail("writing ", dir, ": max_shard_bytes must be positive, got ", max_shard_bytes);
+  const std::vector<const TensorToWrite*> sorted = sorted_checked(dir, tensors);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cannot create directory ", dir, ": ", ec.message());
-
-  std::vector<const TensorToWrite*> sorted;
-  for (const auto& t : tensors) sorted.push_back(&t);
-  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
   auto bytes_of = [](const TensorToWrite* t) { return t->tensor.numel() * dtype_size(t->dtype_on_disk); };
   int64_t total = 0;
   for (const auto* t : sorted) total += bytes_of(t);
