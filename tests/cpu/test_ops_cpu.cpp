@@ -59,6 +59,13 @@ double objective(const OpResult& r, const std::vector<Values>& w) {
   return total;
 }
 
+// Errors recorded as gtest properties (--gtest_output=xml) so tolerance margins can be read off.
+std::string scientific(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2e", x);
+  return text;
+}
+
 bool bit_identical(const Values& a, const Values& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
@@ -453,6 +460,7 @@ TEST_P(CpuOpCase, BackwardMatchesFiniteDifferences) {
       an.push_back(analytic.grads[k][e]);
     }
     const double err = relative_error(an, fd);
+    RecordProperty("fd_error_input_" + std::to_string(k), scientific(err));
     EXPECT_LE(err, c.fd_tol) << c.name << ": gradient of input " << k;
   }
 }
@@ -485,6 +493,12 @@ TEST_P(CpuOpCase, FloatMatchesDouble) {
   const OpResult f = c.run(ctx, DType::f32, inputs, &w);
   for (size_t o = 0; o < d.outputs.size(); ++o)
     EXPECT_LE(relative_error(f.outputs[o], d.outputs[o]), c.f32_tol) << c.name << ": output " << o;
+  double worst = 0;
+  for (size_t o = 0; o < d.outputs.size(); ++o)
+    worst = std::max(worst, relative_error(f.outputs[o], d.outputs[o]));
+  for (size_t k = 0; k < d.grads.size(); ++k)
+    worst = std::max(worst, relative_error(f.grads[k], d.grads[k]));
+  RecordProperty("f32_error", scientific(worst));
   for (size_t k = 0; k < d.grads.size(); ++k)
     EXPECT_LE(relative_error(f.grads[k], d.grads[k]), c.f32_tol) << c.name << ": gradient " << k;
 }
