@@ -100,7 +100,7 @@ std::unique_ptr<Regex> compile_regex(const std::string& pattern, bool literal, c
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   const std::string translated = literal ? pattern : onig_to_pcre2(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  const uint32_t options = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
   regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
                               options, &error_code, &error_offset, nullptr);
   if (!regex->code) {
@@ -193,6 +193,38 @@ struct ThreadState {
   }
 };
 
+// Open-addressing hash map from a merge pair (left << 32 | right) to (rank << 32 | merged id):
+// one probe sequence in a flat array, which beats std::unordered_map's node chasing in the BPE loop.
+class MergeTable {
+ public:
+  static constexpr uint64_t kNone = ~uint64_t(0);
+  void reserve(size_t n) {
+    size_t capacity = 16;
+    while (capacity < 2 * n) capacity *= 2;
+    slots_.assign(capacity, Slot{kNone, kNone});
+    mask_ = capacity - 1;
+  }
+  // A repeated key takes the later value, as `tokenizers`' HashMap collect does.
+  void insert(uint64_t key, uint64_t value) {
+    for (size_t i = hash(key);; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) { slots_[i].value = value; return; }
+      if (slots_[i].key == kNone) { slots_[i] = Slot{key, value}; return; }
+    }
+  }
+  uint64_t find(uint64_t key) const {
+    for (size_t i = hash(key);; i = (i + 1) & mask_) {
+      if (slots_[i].key == key) return slots_[i].value;
+      if (slots_[i].key == kNone) return kNone;
+    }
+  }
+
+ private:
+  struct Slot { uint64_t key, value; };
+  size_t hash(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & mask_; }
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+};
+
 constexpr size_t kCacheMaxEntries = 1 << 16;
 constexpr size_t kCacheMaxKeyBytes = 64;
 std::atomic<uint64_t> next_instance_id{1};
@@ -210,7 +242,7 @@ struct BpeTokenizerImpl {
   StringMap token_to_id;                 // vocab and added tokens, tokenizer.json strings
   StringMap bytes_to_id;                 // vocab, by raw bytes (ignore_merges)
   std::array<int32_t, 256> byte_id{};    // id of each single byte, -1 if absent
-  std::unordered_map<uint64_t, uint64_t> merges;  // (left << 32 | right) -> (rank << 32 | merged)
+  MergeTable merges;                     // (left << 32 | right) -> (rank << 32 | merged)
   bool ignore_merges = false;
   int32_t unk_id = -1;
   bool fuse_unk = false;
@@ -406,7 +438,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
 
     // Merges: "left right" strings (older files) or [left, right] pairs.
     const json& merges = model.at("merges");
-    t->merges.reserve(merges.size() * 2);
+    t->merges.reserve(merges.size());
     uint32_t rank = 0;
     for (const auto& m : merges) {
       std::string left, right;
@@ -428,7 +460,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
       if (l == t->token_to_id.end() || r == t->token_to_id.end() || merged == t->token_to_id.end())
         fail(t->path, ": merge ", rank, " (\"", left, "\", \"", right, "\") uses a token not in the vocab");
       const uint64_t key = (uint64_t(uint32_t(l->second)) << 32) | uint32_t(r->second);
-      t->merges.emplace(key, (uint64_t(rank) << 32) | uint32_t(merged->second));
+      t->merges.insert(key, (uint64_t(rank) << 32) | uint32_t(merged->second));
       ++rank;
     }
 
@@ -625,8 +657,7 @@ void BpeTokenizerImpl::pre_tokenize(std::string_view piece, size_t step_index, T
 void BpeTokenizerImpl::merge_symbols(std::vector<int32_t>& s) const {
   const size_t n = s.size();
   auto lookup = [&](int32_t a, int32_t b) -> uint64_t {
-    auto it = merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
-    return it == merges.end() ? ~uint64_t(0) : it->second;
+    return merges.find((uint64_t(uint32_t(a)) << 32) | uint32_t(b));
   };
   if (n < 2) return;
   if (n <= 128) {
