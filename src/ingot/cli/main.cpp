@@ -16,6 +16,7 @@
 #include "ingot/io/hf_model.h"
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
+#include "ingot/train/bench.h"
 #include "ingot/train/checkpoint.h"
 #include "ingot/train/generate.h"
 #include "ingot/train/trainer.h"
@@ -162,6 +163,17 @@ int main(int argc, char** argv) {
   info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)");
   info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");
 
+  auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
+  BenchOptions bench_options;
+  bench->add_option("--model", bench_options.model, "HF model directory or preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
+  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)");
+  bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)");
+  bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)");
+  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)");
+  bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
+  bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.master_weights = false; }, "update bf16 weights directly");
+  bench->add_flag("--json", bench_options.json, "print one JSON line");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -184,6 +196,10 @@ int main(int argc, char** argv) {
     }
     if (*export_cmd) return command_export(export_source, export_out, export_dtype, max_shard, export_overwrite);
     if (*info) return command_info(info_dir, info_seq, info_batch, info_precision);
+    if (*bench) {
+      run_bench(bench_options, std::cout);
+      return 0;
+    }
   } catch (const Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,127 @@
+#include "ingot/train/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ingot/core/error.h"
+#include "ingot/core/rng.h"
+#include "ingot/model/transformer.h"
+#include "ingot/optim/adamw.h"
+#include "ingot/train/trainer.h"
+#ifdef INGOT_HAVE_CUDA
+#include "ingot/ops/cuda/device.h"
+#endif
+
+namespace ingot {
+
+ModelConfig bench_preset(const std::string& name) {
+  nlohmann::json j;
+  if (name == "llama-3.2-1b") {
+    j = {{"model_type", "llama"}, {"vocab_size", 128256}, {"hidden_size", 2048}, {"intermediate_size", 8192},
+         {"num_hidden_layers", 16}, {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 64},
+         {"rope_theta", 500000.0}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 131072},
+         {"tie_word_embeddings", true},
+         {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}}}};
+  } else if (name == "qwen3-0.6b") {
+    j = {{"model_type", "qwen3"}, {"vocab_size", 151936}, {"hidden_size", 1024}, {"intermediate_size", 3072},
+         {"num_hidden_layers", 28}, {"num_attention_heads", 16}, {"num_key_value_heads", 8}, {"head_dim", 128},
+         {"rope_theta", 1000000.0}, {"rms_norm_eps", 1e-6}, {"max_position_embeddings", 40960},
+         {"tie_word_embeddings", true}};
+  } else if (name == "qwen2.5-0.5b") {
+    j = {{"model_type", "qwen2"}, {"vocab_size", 151936}, {"hidden_size", 896}, {"intermediate_size", 4864},
+         {"num_hidden_layers", 24}, {"num_attention_heads", 14}, {"num_key_value_heads", 2},
+         {"rope_theta", 1000000.0}, {"rms_norm_eps", 1e-6}, {"max_position_embeddings", 32768},
+         {"tie_word_embeddings", true}};
+  } else if (name == "llama-3-8b") {
+    j = {{"model_type", "llama"}, {"vocab_size", 128256}, {"hidden_size", 4096}, {"intermediate_size", 14336},
+         {"num_hidden_layers", 32}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+         {"rope_theta", 500000.0}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 8192},
+         {"tie_word_embeddings", false}};
+  } else {
+    fail("unknown bench model \"", name, "\": give a model directory or one of llama-3.2-1b, qwen3-0.6b, "
+         "qwen2.5-0.5b, llama-3-8b");
+  }
+  return parse_model_config(j.dump(), "preset " + name);
+}
+
+double flops_per_token(const ModelConfig& c, int64_t seq) {
+  return 6.0 * static_cast<double>(count_matmul_parameters(c)) +
+         6.0 * static_cast<double>(c.num_hidden_layers * seq * c.num_attention_heads * c.head_dim);
+}
+
+BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
+  const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");
+  ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
+  DeviceContext device(o.device, 0);
+  Context& ctx = device.get();
+  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.master_weights);
+  const int64_t B = o.micro_batch, T = o.seq;
+
+  Transformer model(config, recipe, ctx, B, T);
+  model.init_random(1);
+  AdamWConfig adam;
+  adam.weight_decay = 0.01;
+  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+
+  // Random tokens, never zeros: uniform over the vocabulary.
+  std::vector<int32_t> inputs(B * T), targets(B * T), positions(B * T);
+  for (int64_t i = 0; i < B * T; ++i) {
+    inputs[i] = static_cast<int32_t>(1 + splitmix64(2 * i) % (config.vocab_size - 1));
+    targets[i] = static_cast<int32_t>(1 + splitmix64(2 * i + 1) % (config.vocab_size - 1));
+    positions[i] = static_cast<int32_t>(i % T);
+  }
+  HostBatch batch{inputs.data(), targets.data(), positions.data(), nullptr};
+
+  auto synchronize = [&]() {
+#ifdef INGOT_HAVE_CUDA
+    if (ctx.device == Device::cuda) cuda::synchronize(ctx.cuda);
+#endif
+  };
+  std::vector<double> step_ms;
+  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    ops::zero(ctx, model.grads());
+    model.load_batch(batch);
+    model.forward_backward(1.0 / static_cast<double>(B * T));
+    optimizer.step(model.weights(), model.grads(), 1e-4, s + 1);
+    synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) step_ms.push_back(ms);
+  }
+  std::sort(step_ms.begin(), step_ms.end());
+  BenchResult r;
+  r.model = o.model;
+  r.step_ms = step_ms[step_ms.size() / 2];
+  r.tokens_per_s = static_cast<double>(B * T) / (r.step_ms / 1000.0);
+  r.flops_per_token = flops_per_token(config, T);
+  r.mfu = r.tokens_per_s * r.flops_per_token / 989.4e12;
+  const auto use = model.memory_use();
+  int64_t bytes = use.params + use.grads + use.activations + optimizer.state_bytes() + optimizer.master_bytes();
+#ifdef INGOT_HAVE_CUDA
+  if (ctx.device == Device::cuda) bytes += int64_t{32} << 20;  // cuBLASLt workspace
+#endif
+  r.peak_gib = static_cast<double>(bytes) / (1024.0 * 1024 * 1024);
+
+  if (o.json) {
+    nlohmann::ordered_json j = {{"system", "ingot"}, {"model", o.model}, {"seq", T}, {"micro_batch", B},
+                                {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu}, {"step_ms", r.step_ms},
+                                {"peak_gib", r.peak_gib}, {"device", device.description()}};
+    log << j.dump() << std::endl;
+  } else {
+    log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
+        << ", " << device.description() << ", precision " << recipe.name << "\n"
+        << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
+        << static_cast<int64_t>(r.tokens_per_s) << " tokens/s | MFU " << 100.0 * r.mfu << "% | memory "
+        << r.peak_gib << " GiB\n";
+  }
+  return r;
+}
+
+}  // namespace ingot

@@ -1,0 +1,33 @@
+// `ingot bench`: training throughput of a randomly initialised model at a fixed shape. Warm-up
+// steps, then the median of timed steps (synchronised host clock around each whole step), reported
+// as tokens/s, MFU (DESIGN.md: tokens/s x FLOPs/token / 989.4e12), step ms and peak memory.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "ingot/model/config.h"
+
+namespace ingot {
+
+struct BenchOptions {
+  std::string model;            // HF model directory (config.json) or a preset name
+  int64_t seq = 4096, micro_batch = 4, steps = 20, warmup = 3;
+  std::string device = "auto";
+  bool master_weights = true;
+  bool json = false;            // one JSON line instead of a table
+};
+
+struct BenchResult {
+  std::string model;
+  double tokens_per_s = 0, mfu = 0, step_ms = 0, peak_gib = 0, flops_per_token = 0;
+};
+
+// Presets with the public shapes: llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b.
+ModelConfig bench_preset(const std::string& name);
+// 6 * N_matmul + 6 * L * S * H * Dh (causal attention: half of the full 12).
+double flops_per_token(const ModelConfig& config, int64_t seq);
+
+BenchResult run_bench(const BenchOptions& options, std::ostream& log);
+
+}  // namespace ingot
