@@ -173,6 +173,7 @@ int main(int argc, char** argv) {
   bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
   bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.master_weights = false; }, "update bf16 weights directly");
   bench->add_flag("--json", bench_options.json, "print one JSON line");
+  bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
 
   try {
     app.parse(argc, argv);

@@ -1,23 +1,42 @@
 // Routes each op to its backend by ctx.device. The only place that knows both backends exist.
 #include "ingot/ops/ops.h"
 
+#include <type_traits>
+
 #include "ingot/ops/cpu/cpu_ops.h"
+#include "ingot/ops/profile.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/cuda_ops.h"
 #endif
 
 namespace ingot::ops {
 
+// Bytes an op moves at least: every tensor argument read or written once (profiler only).
+template <typename... Args>
+double tensor_bytes(const Args&... args) {
+  double total = 0;
+  auto add = [&](const auto& a) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, Tensor>) total += a.present() ? static_cast<double>(a.bytes()) : 0.0;
+  };
+  (add(args), ...);
+  return total;
+}
+
 #ifdef INGOT_HAVE_CUDA
-#define INGOT_DISPATCH(op, ...) \
+#define INGOT_CALL_BACKEND(op, ...) \
   return ctx.device == Device::cuda ? cuda::op(__VA_ARGS__) : cpu::op(__VA_ARGS__)
 #else
-#define INGOT_DISPATCH(op, ...)                                                         \
-  do {                                                                                  \
-    if (ctx.device == Device::cuda) fail(#op ": this build of Ingot has no CUDA backend"); \
-    return cpu::op(__VA_ARGS__);                                                        \
-  } while (0)
+#define INGOT_CALL_BACKEND(op, ...)                                                       \
+  if (ctx.device == Device::cuda) fail(#op ": this build of Ingot has no CUDA backend"); \
+  return cpu::op(__VA_ARGS__)
 #endif
+#define INGOT_DISPATCH(op, ...)                                                        \
+  ProfileScope profile_scope(ctx, #op, 0.0,                                              \
+                             profiling_enabled() ? tensor_bytes(__VA_ARGS__) : 0.0);     \
+  INGOT_CALL_BACKEND(op, __VA_ARGS__)
+#define INGOT_DISPATCH_FLOPS(op, flops, ...)                                           \
+  ProfileScope profile_scope(ctx, #op, profiling_enabled() ? (flops) : 0.0, 0.0);        \
+  INGOT_CALL_BACKEND(op, __VA_ARGS__)
 
 void zero(Context& ctx, Tensor x) {
   INGOT_DISPATCH(zero, ctx, x);
@@ -60,12 +79,13 @@ void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weig
 }
 
 void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  INGOT_DISPATCH(linear_forward, ctx, out, in, weight, bias);
+  INGOT_DISPATCH_FLOPS(linear_forward, 2.0 * in.numel() * weight.dim(0), ctx, out, in, weight, bias);
 }
 
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                      Tensor in, Tensor weight) {
-  INGOT_DISPATCH(linear_backward, ctx, din, dweight, dbias, dout, in, weight);
+  INGOT_DISPATCH_FLOPS(linear_backward, (din.present() ? 4.0 : 2.0) * in.numel() * weight.dim(0), ctx, din, dweight,
+                       dbias, dout, in, weight);
 }
 
 void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads) {
@@ -78,13 +98,17 @@ void rope_backward(Context& ctx, Tensor dx, Tensor positions, Tensor inv_freq, i
 
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
                        int n_q_heads, int n_kv_heads, double scale) {
-  INGOT_DISPATCH(attention_forward, ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale);
+  // causal: half of 4*B*Hq*T*T*D
+  INGOT_DISPATCH_FLOPS(attention_forward, 2.0 * out.numel() * qkv.dim(1), ctx, out, lse, qkv, segment_ids, n_q_heads,
+                       n_kv_heads, scale);
 }
 
 void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                         Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
                         double scale) {
-  INGOT_DISPATCH(attention_backward, ctx, dqkv, dout, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale);
+  // causal: half of 10*B*Hq*T*T*D (the forward's S recomputed, then dP, dS, dQ, dK, dV)
+  INGOT_DISPATCH_FLOPS(attention_backward, 5.0 * out.numel() * qkv.dim(1), ctx, dqkv, dout, out, lse, qkv, segment_ids,
+                       n_q_heads, n_kv_heads, scale);
 }
 
 void swiglu_forward(Context& ctx, Tensor out, Tensor gate_up) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <ostream>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
 #include "ingot/model/transformer.h"
+#include "ingot/ops/profile.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/train/trainer.h"
 #ifdef INGOT_HAVE_CUDA
@@ -83,19 +85,47 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     if (ctx.device == Device::cuda) cuda::synchronize(ctx.cuda);
 #endif
   };
-  std::vector<double> step_ms;
-  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
-    synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
+  auto train_step = [&](int64_t s) {
     ops::zero(ctx, model.grads());
     model.load_batch(batch);
     model.forward_backward(1.0 / static_cast<double>(B * T));
     optimizer.step(model.weights(), model.grads(), 1e-4, s + 1);
+  };
+  std::vector<double> step_ms;
+  for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
+    synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    train_step(s);
     synchronize();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) step_ms.push_back(ms);
   }
   std::sort(step_ms.begin(), step_ms.end());
+  if (o.profile) {
+    ops::reset_profile();
+    ops::set_profiling(true);
+    train_step(o.warmup + o.steps);
+    ops::set_profiling(false);
+    double total = 0;
+    for (const auto& [name, st] : ops::profile_stats()) total += st.ms;
+    const double median = step_ms[step_ms.size() / 2];
+    log << "step breakdown (one step, each op timed alone; median unprofiled step " << median << " ms):\n";
+    char line[200];
+    std::snprintf(line, sizeof line, "%-22s %6s %10s %7s %12s\n", "op", "calls", "ms", "share", "rate");
+    log << line;
+    std::vector<std::pair<std::string, ops::OpStats>> rows(ops::profile_stats().begin(), ops::profile_stats().end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+    for (const auto& [name, st] : rows) {
+      const std::string rate = st.flops > 0 ? std::to_string(static_cast<int64_t>(st.flops / st.ms / 1e9)) + " TFLOP/s"
+                                            : std::to_string(static_cast<int64_t>(st.bytes / st.ms / 1e6)) + " GB/s";
+      std::snprintf(line, sizeof line, "%-22s %6lld %10.2f %6.1f%% %12s\n", name.c_str(), static_cast<long long>(st.calls),
+                    st.ms, 100.0 * st.ms / std::max(median, total), rate.c_str());
+      log << line;
+    }
+    std::snprintf(line, sizeof line, "%-22s %6s %10.2f %6.1f%%\n", "host/idle (step - ops)", "", std::max(0.0, median - total),
+                  100.0 * std::max(0.0, median - total) / std::max(median, total));
+    log << line;
+  }
   BenchResult r;
   r.model = o.model;
   r.step_ms = step_ms[step_ms.size() / 2];

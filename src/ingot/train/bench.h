@@ -16,6 +16,7 @@ struct BenchOptions {
   std::string device = "auto";
   bool master_weights = true;
   bool json = false;            // one JSON line instead of a table
+  bool profile = false;         // after timing, one step with every op timed: the step breakdown
 };
 
 struct BenchResult {
