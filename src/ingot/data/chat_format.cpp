@@ -1,0 +1,382 @@
+#include "ingot/data/chat_format.h"
+
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "ingot/core/error.h"
+#include "ingot/data/bpe_tokenizer.h"
+#include "ingot/data/unicode_nfc.h"
+
+namespace ingot::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view kSupported =
+    "supported: llama3 (a template with <|start_header_id|>), chatml / Qwen2.5 / Qwen3 (a template "
+    "with <|im_start|>)";
+
+// Python's str.isspace(), which Jinja's `trim` (str.strip()) uses: White_Space plus U+001C..1F.
+bool python_is_space(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Python's s.strip() on valid UTF-8.
+std::string_view python_strip(std::string_view s) {
+  size_t pos = 0, first = std::string_view::npos, last_end = 0;
+  while (pos < s.size()) {
+    const size_t at = pos;
+    const char32_t c = utf8_next(s, &pos);
+    if (!python_is_space(c)) {
+      if (first == std::string_view::npos) first = at;
+      last_end = pos;
+    }
+  }
+  if (first == std::string_view::npos) return {};
+  return s.substr(first, last_end - first);
+}
+
+std::string_view lstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+std::string_view rstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+
+// The literal default system turn of a Qwen2.5-style template, or "".
+std::string find_default_system(std::string_view tmpl) {
+  constexpr std::string_view marker = "<|im_start|>system\\n";
+  for (size_t at = tmpl.find(marker); at != std::string_view::npos;
+       at = tmpl.find(marker, at + 1)) {
+    const size_t begin = at + marker.size();
+    const size_t end = tmpl.find("<|im_end|>", begin);
+    if (end == std::string_view::npos) continue;
+    const std::string_view body = tmpl.substr(begin, end - begin);
+    if (body.empty() || body.find_first_of("'\"+{}") != std::string_view::npos) continue;
+    std::string out;  // undo the Jinja string escapes a literal may hold
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (body[i] == '\\' && i + 1 < body.size()) {
+        const char e = body[++i];
+        out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+      } else {
+        out += body[i];
+      }
+    }
+    return out;
+  }
+  return "";
+}
+
+// Builds the rendered text and its trained spans piece by piece.
+struct Renderer {
+  RenderedChat out;
+  void text(std::string_view s) { out.text += s; }
+  void trained(std::string_view s) {
+    if (s.empty()) return;
+    const size_t begin = out.text.size();
+    out.text += s;
+    if (!out.trained.empty() && out.trained.back().second == begin)
+      out.trained.back().second = out.text.size();
+    else
+      out.trained.emplace_back(begin, out.text.size());
+  }
+};
+
+void render_llama3(const ChatFormat& f, std::span<const ChatMessage> messages, Renderer& r) {
+  r.text(f.bos_token);
+  for (const ChatMessage& m : messages) {
+    r.text("<|start_header_id|>");
+    r.text(m.role);
+    r.text("<|end_header_id|>\n\n");
+    const std::string_view content = python_strip(m.content);
+    if (m.role == "assistant") {
+      r.trained(content);
+      r.trained("<|eot_id|>");
+    } else {
+      r.text(content);
+      r.text("<|eot_id|>");
+    }
+  }
+}
+
+bool is_tool_response(std::string_view s) {
+  return s.starts_with("<tool_response>") && s.ends_with("</tool_response>");
+}
+
+void render_chatml(const ChatFormat& f, std::span<const ChatMessage> messages, Renderer& r) {
+  const size_t n = messages.size();
+  size_t first = 0;
+  if (n > 0 && messages[0].role == "system") {
+    r.text("<|im_start|>system\n");
+    r.text(messages[0].content);
+    r.text("<|im_end|>\n");
+    first = 1;
+  } else if (!f.default_system.empty()) {
+    r.text("<|im_start|>system\n");
+    r.text(f.default_system);
+    r.text("<|im_end|>\n");
+  }
+  // Qwen3: the last user turn that is not a wrapped tool response; n - 1 when there is none.
+  size_t last_query = n ? n - 1 : 0;
+  for (size_t i = n; i-- > 0;)
+    if (messages[i].role == "user" && !is_tool_response(messages[i].content)) {
+      last_query = i;
+      break;
+    }
+  for (size_t i = first; i < n; ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role != "assistant") {
+      r.text("<|im_start|>");
+      r.text(m.role);
+      r.text("\n");
+      r.text(m.content);
+      r.text("<|im_end|>\n");
+      continue;
+    }
+    r.text("<|im_start|>assistant\n");
+    if (!f.think_blocks) {
+      r.trained(m.content);
+    } else {
+      std::string_view content = m.content, reasoning;
+      if (m.reasoning_content) {
+        reasoning = *m.reasoning_content;
+      } else if (const size_t close = content.find("</think>"); close != std::string_view::npos) {
+        // reasoning: before the first </think>, after the last <think> there; answer: after the
+        // last </think>.
+        std::string_view before = rstrip_newlines(content.substr(0, close));
+        if (const size_t open = before.rfind("<think>"); open != std::string_view::npos)
+          before = before.substr(open + 7);
+        reasoning = lstrip_newlines(before);
+        content = lstrip_newlines(content.substr(content.rfind("</think>") + 8));
+      }
+      if (i > last_query && (i + 1 == n || !reasoning.empty())) {
+        r.trained("<think>\n");
+        r.trained(lstrip_newlines(rstrip_newlines(reasoning)));
+        r.trained("\n</think>\n\n");
+        r.trained(lstrip_newlines(content));
+      } else {
+        r.trained(content);
+      }
+    }
+    r.trained("<|im_end|>");
+    r.text("\n");
+  }
+}
+
+// GPT-2's byte-level alphabet: code point -> byte (-1 for code points outside it).
+const std::array<int16_t, 324>& byte_level_decoder() {
+  static const std::array<int16_t, 324> table = [] {
+    std::array<int16_t, 324> t;
+    t.fill(-1);
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      t[printable ? b : next++] = static_cast<int16_t>(b);
+    }
+    return t;
+  }();
+  return table;
+}
+
+void append_token_bytes(const BpeTokenizer& tokenizer, int32_t id, std::string* out) {
+  const std::string& s = tokenizer.id_to_token(id);
+  if (tokenizer.is_special(id)) {
+    *out += s;
+    return;
+  }
+  const auto& decoder = byte_level_decoder();
+  const size_t mark = out->size();
+  size_t pos = 0;
+  while (pos < s.size()) {
+    const char32_t c = utf8_next(s, &pos);
+    if (c >= decoder.size() || decoder[c] < 0) {  // an added token's literal text
+      out->resize(mark);
+      *out += s;
+      return;
+    }
+    out->push_back(static_cast<char>(decoder[c]));
+  }
+}
+
+std::string json_type(const nlohmann::json& j) {
+  return j.type_name();
+}
+
+}  // namespace
+
+std::string ChatFormat::name() const {
+  if (kind == ChatFormatKind::llama3) return "llama3";
+  return think_blocks ? "chatml-qwen3" : "chatml";
+}
+
+ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& bos_token,
+                                     const std::string& source) {
+  ChatFormat f;
+  if (tmpl.find("<|start_header_id|>") != std::string_view::npos) {
+    if (tmpl.find("Cutting Knowledge Date") != std::string_view::npos)
+      fail("chat template of ", source,
+           ": Llama 3.1-style templates (date header in the system turn, tools) are not "
+           "supported; ",
+           kSupported);
+    f.kind = ChatFormatKind::llama3;
+    if (tmpl.find("bos_token") != std::string_view::npos) f.bos_token = bos_token;
+    return f;
+  }
+  if (tmpl.find("<|im_start|>") != std::string_view::npos) {
+    f.kind = ChatFormatKind::chatml;
+    f.think_blocks = tmpl.find("</think>") != std::string_view::npos;
+    f.default_system = find_default_system(tmpl);
+    return f;
+  }
+  fail("chat template of ", source, " is not a built-in chat format (", kSupported, ")");
+}
+
+ChatFormat load_chat_format(const std::string& path) {
+  fs::path file(path);
+  if (fs::is_directory(file)) file /= "tokenizer_config.json";
+  std::ifstream in(file, std::ios::binary);
+  if (!in) fail("chat format: cannot open ", file.string());
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail("chat format: ", file.string(), " is not valid JSON: ", e.what());
+  }
+  const auto it = config.find("chat_template");
+  if (it == config.end() || it->is_null())
+    fail("chat format: ", file.string(), " has no chat_template (", kSupported, ")");
+  std::string tmpl;
+  if (it->is_string()) {
+    tmpl = it->get<std::string>();
+  } else if (it->is_array()) {  // named templates: [{"name": "default", "template": ...}, ...]
+    for (const auto& t : *it)
+      if (t.is_object() && t.value("name", "") == "default" && t.contains("template"))
+        tmpl = t["template"].get<std::string>();
+  }
+  if (tmpl.empty())
+    fail("chat format: ", file.string(), ": chat_template is not a string (", kSupported, ")");
+  std::string bos;
+  if (const auto b = config.find("bos_token"); b != config.end()) {
+    if (b->is_string()) bos = b->get<std::string>();
+    else if (b->is_object() && b->contains("content")) bos = (*b)["content"].get<std::string>();
+  }
+  return chat_format_from_template(tmpl, bos, file.string());
+}
+
+std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages) {
+  if (!messages.is_array()) fail("\"messages\" is a ", json_type(messages), ", not an array");
+  if (messages.empty()) fail("\"messages\" is empty");
+  std::vector<ChatMessage> out;
+  out.reserve(messages.size());
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const nlohmann::json& m = messages[i];
+    if (!m.is_object()) fail("message ", i, " is a ", json_type(m), ", not an object");
+    const auto role = m.find("role");
+    if (role == m.end()) fail("message ", i, " has no \"role\"");
+    if (!role->is_string()) fail("message ", i, ": \"role\" is a ", json_type(*role), ", not a string");
+    const auto content = m.find("content");
+    if (content == m.end()) fail("message ", i, " has no \"content\"");
+    if (!content->is_string())
+      fail("message ", i, ": \"content\" is a ", json_type(*content),
+           ", not a string (multimodal content lists are not supported)");
+    ChatMessage msg{role->get<std::string>(), content->get<std::string>(), std::nullopt};
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
+      fail("message ", i, ": unknown role \"", msg.role, "\" (supported: system, user, assistant)");
+    if (const auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
+      if (!r->is_string()) fail("message ", i, ": \"reasoning_content\" is not a string");
+      msg.reasoning_content = r->get<std::string>();
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+std::vector<ChatMessage> alpaca_messages_from_json(const nlohmann::json& record) {
+  if (!record.is_object()) fail("record is a ", json_type(record), ", not an object");
+  auto string_field = [&](const char* name, bool required) -> std::string {
+    const auto it = record.find(name);
+    if (it == record.end() || it->is_null()) {
+      if (required) fail("no \"", name, "\" field (alpaca records need instruction and output)");
+      return "";
+    }
+    if (!it->is_string()) fail("\"", name, "\" is a ", json_type(*it), ", not a string");
+    return it->get<std::string>();
+  };
+  const std::string system = string_field("system", false);
+  std::string user = string_field("instruction", true);
+  const std::string input = string_field("input", false);
+  const std::string output = string_field("output", true);
+  if (!input.empty()) user += "\n\n" + input;
+  std::vector<ChatMessage> out;
+  if (!system.empty()) out.push_back({"system", system, std::nullopt});
+  out.push_back({"user", std::move(user), std::nullopt});
+  out.push_back({"assistant", output, std::nullopt});
+  return out;
+}
+
+RenderedChat render_chat(const ChatFormat& format, std::span<const ChatMessage> messages) {
+  Renderer r;
+  if (format.kind == ChatFormatKind::llama3)
+    render_llama3(format, messages, r);
+  else
+    render_chatml(format, messages, r);
+  return std::move(r.out);
+}
+
+std::string token_bytes(const BpeTokenizer& tokenizer, int32_t id) {
+  std::string out;
+  append_token_bytes(tokenizer, id, &out);
+  return out;
+}
+
+bool align_chat_mask(const RenderedChat& rendered, std::vector<int32_t> ids,
+                     const BpeTokenizer& tokenizer, bool train_on_inputs, TokenizedChat* out) {
+  std::string spelled;
+  spelled.reserve(rendered.text.size());
+  std::vector<size_t> ends(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    append_token_bytes(tokenizer, ids[i], &spelled);
+    ends[i] = spelled.size();
+  }
+  if (spelled != rendered.text) return false;
+  out->loss_mask.assign(ids.size(), train_on_inputs ? 1 : 0);
+  if (!train_on_inputs) {
+    size_t span = 0, begin = 0;
+    for (size_t i = 0; i < ids.size(); begin = ends[i], ++i) {
+      while (span < rendered.trained.size() && rendered.trained[span].second <= begin) ++span;
+      if (span < rendered.trained.size() && rendered.trained[span].first < ends[i])
+        out->loss_mask[i] = 1;  // token [begin, ends[i]) overlaps a trained span
+    }
+  }
+  out->tokens = std::move(ids);
+  return true;
+}
+
+TokenizedChat tokenize_chat(const ChatFormat& format, const BpeTokenizer& tokenizer,
+                            std::span<const ChatMessage> messages, bool train_on_inputs) {
+  TokenizedChat out;
+  RenderedChat rendered = render_chat(format, messages);
+  if (align_chat_mask(rendered, tokenizer.encode(rendered.text), tokenizer, train_on_inputs, &out))
+    return out;
+  // The normalizer changed the text: render NFC contents, as the tokenizer sees them.
+  std::vector<ChatMessage> normalized(messages.begin(), messages.end());
+  for (ChatMessage& m : normalized) {
+    m.content = nfc_normalize(m.content);
+    if (m.reasoning_content) m.reasoning_content = nfc_normalize(*m.reasoning_content);
+  }
+  rendered = render_chat(format, normalized);
+  if (align_chat_mask(rendered, tokenizer.encode(rendered.text), tokenizer, train_on_inputs, &out))
+    return out;
+  fail("chat: the tokens of a rendered conversation do not spell its text, so the loss mask cannot "
+       "be aligned (a tokenizer normalizer other than NFC?)");
+}
+
+}  // namespace ingot::data

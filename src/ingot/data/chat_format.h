@@ -1,0 +1,97 @@
+// Chat formats: a conversation (messages of role system / user / assistant) rendered into the
+// token ids a model's chat template produces, plus a per-token loss mask.
+//
+// Built-in formats, chosen from tokenizer_config.json's `chat_template` by its markers:
+//   llama3  ("<|start_header_id|>"): [bos_token] then per message
+//           "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>"
+//           (Meta-Llama-3-Instruct; content trimmed of Unicode whitespace as Jinja's `trim`).
+//           Templates with Llama 3.1's "Cutting Knowledge Date" system header are rejected.
+//   chatml  ("<|im_start|>"): per message "<|im_start|>ROLE\n" + content + "<|im_end|>\n".
+//           Qwen2.5 flavour: a template holding a literal default system turn
+//           ('<|im_start|>system\n...<|im_end|>\n') uses it when the conversation has no system
+//           message. Qwen3 flavour (the template mentions "</think>"): an assistant turn's
+//           content is split at "</think>" into reasoning and answer; assistant turns after the
+//           last user turn render "<think>\nREASONING\n</think>\n\n" + answer when they are the
+//           final message or have reasoning (the final one gets an empty think block), earlier
+//           ones render the answer only; `reasoning_content` on a message overrides the split.
+// Not supported: tools / tool calls, the "tool" role, generation prompts. Any other template is an
+// error naming the supported formats.
+//
+// Invariants:
+//   - tokens equal transformers' apply_chat_template(messages, tokenize=True) for the same
+//     tokenizer (checked on fixtures by tests/cpu/test_chat.cpp);
+//   - the loss mask (1: trained) covers exactly what the model generates after the generation
+//     prompt of each assistant turn: the rendered assistant body (think block included) and the
+//     end-of-turn token (<|eot_id|> / <|im_end|>), not the newline after it. A token whose bytes
+//     straddle a trained span and untrained text (e.g. "\n\n" where the content starts with "\n")
+//     is trained. train_on_inputs sets every mask byte to 1.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ingot::data {
+
+class BpeTokenizer;
+
+enum class ChatFormatKind { llama3, chatml };
+
+struct ChatFormat {
+  ChatFormatKind kind = ChatFormatKind::chatml;
+  std::string bos_token;       // text prepended to each conversation ("" for none)
+  std::string default_system;  // chatml: system content used when none is given ("" for none)
+  bool think_blocks = false;   // chatml: Qwen3 reasoning handling
+  std::string name() const;    // "llama3", "chatml", "chatml-qwen3"
+};
+
+// Detects the format of a Jinja chat template. bos_token: the tokenizer's bos_token ("" when
+// null). source names the template in error messages.
+ChatFormat chat_format_from_template(std::string_view chat_template, const std::string& bos_token,
+                                     const std::string& source);
+// Reads `chat_template` and `bos_token` from a tokenizer_config.json (or a folder holding one).
+ChatFormat load_chat_format(const std::string& path);
+
+struct ChatMessage {
+  std::string role;     // system | user | assistant
+  std::string content;
+  std::optional<std::string> reasoning_content;  // Qwen3 only
+};
+
+// Validates a JSON `messages` array. Throws ingot::Error describing the problem (message index,
+// missing field, unknown role named) without a file name: callers add FILE:LINE.
+std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages);
+// An alpaca record {instruction, input (optional), output} as a user turn (instruction, plus
+// "\n\n" + input when input is non-empty) and an assistant turn (output). An optional string
+// "system" field becomes a system turn. Throws like chat_messages_from_json.
+std::vector<ChatMessage> alpaca_messages_from_json(const nlohmann::json& record);
+
+struct RenderedChat {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> trained;  // byte spans [begin, end) of text, ascending
+};
+RenderedChat render_chat(const ChatFormat& format, std::span<const ChatMessage> messages);
+
+struct TokenizedChat {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> loss_mask;  // (tokens.size(),) 0/1
+};
+
+// The loss mask for ids = tokenizer.encode(rendered.text). Returns false when the tokens' bytes do
+// not spell rendered.text (the tokenizer normalized it), true after filling `out`.
+bool align_chat_mask(const RenderedChat& rendered, std::vector<int32_t> ids,
+                     const BpeTokenizer& tokenizer, bool train_on_inputs, TokenizedChat* out);
+
+// Renders, encodes and masks one conversation. When the tokenizer's normalizer changes the text
+// (e.g. NFC on decomposed input), the message contents are NFC-normalized and rendered again.
+TokenizedChat tokenize_chat(const ChatFormat& format, const BpeTokenizer& tokenizer,
+                            std::span<const ChatMessage> messages, bool train_on_inputs);
+
+// The bytes a token id stands for (byte-level alphabet decoded; added tokens literally).
+std::string token_bytes(const BpeTokenizer& tokenizer, int32_t id);
+
+}  // namespace ingot::data

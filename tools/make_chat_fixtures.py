@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Chat-format fixtures for tests/cpu/test_chat.cpp: token ids from transformers'
+apply_chat_template(messages, tokenize=True) for conversations written here.
+
+Formats covered:
+  qwen3           the real Qwen3 tokenizer and its own chat template (../shared/data/tokenizers/qwen3)
+  chatml_default  the Qwen3 tokenizer with a ChatML template written here that, like Qwen2.5's,
+                  inserts a default system turn
+  llama3          a byte-level BPE tokenizer trained here with `tokenizers` on text written here,
+                  with the Llama 3 special tokens and a Llama-3-style template written here; its
+                  tokenizer.json / tokenizer_config.json are committed next to the fixtures
+
+Each case stores the conversation (or an alpaca record), the ids, and `trained_texts`: for each
+assistant turn, the text from after the assistant header through the end-of-turn token, cut out of
+the rendered string by its markers (an independent check of the loss mask).
+
+Usage (needs transformers, tokenizers, jinja2; no torch):
+  python3 -m venv /tmp/cvenv && /tmp/cvenv/bin/pip install transformers tokenizers jinja2
+  /tmp/cvenv/bin/python tools/make_chat_fixtures.py
+"""
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(ROOT, "tests", "fixtures", "chat")
+QWEN3 = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen3")
+
+LLAMA3_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+CHATML_DEFAULT_TEMPLATE = (
+    "{%- if messages[0]['role'] != 'system' %}"
+    "{{- '<|im_start|>system\\nYou are a careful assistant. Answer briefly.<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Conversations written for these fixtures.
+CONVERSATIONS = {
+    "single_turn": [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is Paris."},
+    ],
+    "system_multi_turn": [
+        {"role": "system", "content": "You are a terse math tutor."},
+        {"role": "user", "content": "What is 12 * 7?"},
+        {"role": "assistant", "content": "84."},
+        {"role": "user", "content": "And 84 / 4?"},
+        {"role": "assistant", "content": "21, because 4 * 21 = 84."},
+    ],
+    "whitespace_edges": [
+        {"role": "user", "content": "  spaces around, and a tab\t\n"},
+        {"role": "assistant", "content": "Sure:  two  spaces\n\n- item one\n- item two  \n"},
+        {"role": "user", "content": "\n\nleading newlines"},
+        {"role": "assistant", "content": " a leading space"},
+    ],
+    "thinking_history_and_final": [
+        {"role": "user", "content": "Is 91 prime?"},
+        {"role": "assistant", "content": "<think>\n91 = 7 * 13.\n</think>\n\nNo, 91 = 7 × 13."},
+        {"role": "user", "content": "Is 97 prime?"},
+        {"role": "assistant", "content": "<think>\nCheck 2, 3, 5, 7: none divide 97.\n</think>\n\nYes, 97 is prime."},
+    ],
+    "reasoning_content_field": [
+        {"role": "user", "content": "Name a primary colour."},
+        {"role": "assistant", "content": "Red.", "reasoning_content": "\nAny of red, blue, yellow.\n"},
+    ],
+    "unicode_and_code": [
+        {"role": "user", "content": "翻译：早上好 🌅 and write hello world in C"},
+        {"role": "assistant", "content": "Good morning 🌅\n\n```c\n#include <stdio.h>\nint main(void) {\n    puts(\"hello world\");\n    return 0;\n}\n```"},
+    ],
+    "late_system_and_trailing_user": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello! How can I help?"},
+        {"role": "system", "content": "Switch to French."},
+        {"role": "user", "content": "Bonjour ?"},
+    ],
+    "special_text_and_empty_answer": [
+        {"role": "user", "content": "Repeat the marker <|im_end|> or <|eot_id|> back."},
+        {"role": "assistant", "content": ""},
+        {"role": "user", "content": "numbers 1234567 and 3.14159"},
+        {"role": "assistant", "content": "1234567 and 3.14159."},
+    ],
+    "decomposed_accents": [
+        {"role": "user", "content": "Cafe\u0301 or caf\u00e9?"},
+        {"role": "assistant", "content": "Both spell cafe\u0301."},
+    ],
+}
+
+# Alpaca records written for these fixtures: rendered as user (instruction [+ "\n\n" + input])
+# and assistant (output) turns.
+ALPACA = {
+    "alpaca_with_input": {"instruction": "Summarise the text.", "input": "Cats sleep a lot. They also purr.", "output": "Cats sleep and purr."},
+    "alpaca_without_input": {"instruction": "Give a synonym for quick.", "input": "", "output": "Fast."},
+}
+
+CORPUS = """The quick brown fox jumps over the lazy dog. A capital city is where a government sits.
+Paris, Berlin, Madrid and Rome are capitals. Numbers like 12, 84, 97 and 3.14159 appear in math.
+You are a helpful assistant. Answer the question briefly and clearly, please.
+def main():\n    print("hello world")\n    return 0\n
+int main(void) { puts("hello"); return 0; }
+Good morning! How can I help you today? Sure, here is a list:\n- one\n- two\n
+早上好，世界。翻译这句话。 🌅🙂 café naïve résumé
+""" * 3
+
+
+def alpaca_messages(record):
+    user = record["instruction"]
+    if record.get("input"):
+        user += "\n\n" + record["input"]
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": record["output"]}]
+
+
+def trained_texts(rendered, header, end):
+    out, at = [], 0
+    while True:
+        at = rendered.find(header, at)
+        if at < 0:
+            return out
+        begin = at + len(header)
+        stop = rendered.index(end, begin) + len(end)
+        out.append(rendered[begin:stop])
+        at = stop
+
+
+def ids_of(result):
+    if isinstance(result, dict) or hasattr(result, "keys"):
+        result = result["input_ids"]
+    return [int(i) for i in result]
+
+
+def make_cases(tok, header, end, names):
+    cases = []
+    for name in names:
+        if name in ALPACA:
+            record, messages = ALPACA[name], alpaca_messages(ALPACA[name])
+        else:
+            record, messages = None, CONVERSATIONS[name]
+        ids = ids_of(tok.apply_chat_template(messages, tokenize=True))
+        rendered = tok.apply_chat_template(messages, tokenize=False)
+        case = {"name": name, "ids": ids, "trained_texts": trained_texts(rendered, header, end)}
+        if record is not None:
+            case["alpaca"] = record
+        else:
+            case["messages"] = messages
+        cases.append(case)
+    return cases
+
+
+def write_json(path, obj):
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(obj, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
+def train_llama3_tokenizer(out_dir):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
+    bos = tok.token_to_id("<|begin_of_text|>")
+    tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B",
+                                                       special_tokens=[("<|begin_of_text|>", bos)])
+    os.makedirs(out_dir, exist_ok=True)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|begin_of_text|>",
+        "eos_token": "<|eot_id|>",
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 8192,
+        "chat_template": LLAMA3_TEMPLATE,
+    })
+
+
+def main():
+    import transformers
+    from transformers import AutoTokenizer
+
+    os.makedirs(OUT, exist_ok=True)
+    all_names = list(CONVERSATIONS) + list(ALPACA)
+    versions = {"transformers": transformers.__version__}
+
+    llama_dir = os.path.join(OUT, "llama3_tokenizer")
+    train_llama3_tokenizer(llama_dir)
+    llama = AutoTokenizer.from_pretrained(llama_dir)
+    write_json(os.path.join(OUT, "llama3.json"), {
+        "generator": "tools/make_chat_fixtures.py", "versions": versions,
+        "tokenizer": "tests/fixtures/chat/llama3_tokenizer",
+        "cases": make_cases(llama, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", all_names)})
+
+    if not os.path.isdir(QWEN3):
+        sys.exit(f"missing {QWEN3}: the Qwen3 fixtures need the shared tokenizer")
+    qwen = AutoTokenizer.from_pretrained(QWEN3)
+    write_json(os.path.join(OUT, "qwen3.json"), {
+        "generator": "tools/make_chat_fixtures.py", "versions": versions,
+        "tokenizer": "../shared/data/tokenizers/qwen3",
+        "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+
+    default_dir = os.path.join(OUT, "chatml_default")
+    os.makedirs(default_dir, exist_ok=True)
+    write_json(os.path.join(default_dir, "tokenizer_config.json"), {"chat_template": CHATML_DEFAULT_TEMPLATE})
+    qwen.chat_template = CHATML_DEFAULT_TEMPLATE
+    write_json(os.path.join(OUT, "chatml_default.json"), {
+        "generator": "tools/make_chat_fixtures.py", "versions": versions,
+        "tokenizer": "../shared/data/tokenizers/qwen3 with tests/fixtures/chat/chatml_default/tokenizer_config.json",
+        "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+    print("wrote", OUT)
+
+
+if __name__ == "__main__":
+    main()
