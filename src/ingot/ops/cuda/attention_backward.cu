@@ -13,6 +13,7 @@
 #include <cmath>
 
 #include "ingot/ops/cuda/attention_common.cuh"
+#include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/cuda_ops.h"
 
 namespace ingot::cuda {
@@ -302,6 +303,11 @@ void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tens
     check_numel(segment_ids, int64_t(s.B) * s.T, op, "segment_ids");
   }
   if (s.B == 0 || s.T == 0) return;
+  // cuDNN's fused flash attention where it applies (attention_cudnn.h), else the kernels below.
+  if (attention_cudnn_backward(ctx, dqkv, dout, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads,
+                               scale))
+    return;
+  attention_set_last_path("kernels");
   INGOT_CHECK(s.D % 8 != 0 || (aligned16(qkv.data) && aligned16(dout.data)), op,
               ": qkv and dout must be 16-byte aligned");
   const int64_t rows = int64_t(s.B) * s.Hq * s.T;

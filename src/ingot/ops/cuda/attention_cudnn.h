@@ -1,0 +1,34 @@
+// cuDNN fused flash attention for the causal GQA attention op (ops.h contract), and the dispatch
+// switches shared by attention_forward.cu / attention_backward.cu. Plain C++ (no CUDA headers), so
+// tests can ask which path ran.
+//
+// Dispatch (per call): cuDNN when it was compiled in (INGOT_HAVE_CUDNN and <cudnn.h>), the env var
+// INGOT_ATTENTION is not "kernels", segment_ids is absent, tensors are bf16, D % 8 == 0 and
+// D <= 128, and every pointer is 16-byte aligned; otherwise the CUDA-core kernels. A graph that
+// cuDNN rejects (no engine for the shape) is remembered and that shape falls back too, with one
+// line on stderr.
+//   INGOT_ATTENTION=kernels             the CUDA-core kernels always (A/B tests)
+//   INGOT_ATTENTION=cudnn-deterministic cuDNN, backward without atomics (dQ from a dP workspace)
+//   anything else / unset              cuDNN, backward with an f32 dQ accumulator (atomics: the
+//                                       fast path, not bitwise reproducible)
+#pragma once
+#include "ingot/core/context.h"
+#include "ingot/core/tensor.h"
+
+namespace ingot::cuda {
+
+// "cudnn", "cudnn-deterministic" or "kernels": the path the last attention call on this thread
+// took ("none" before any call).
+const char* attention_last_path();
+void attention_set_last_path(const char* path);
+bool attention_cudnn_compiled();
+
+// Return false when the cuDNN path does not take the call (the caller runs the kernels);
+// arguments are already checked by the entry points.
+bool attention_cudnn_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
+                             int n_q_heads, int n_kv_heads, double scale);
+bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
+                              Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
+                              double scale);
+
+}  // namespace ingot::cuda

@@ -1,0 +1,344 @@
+// Causal GQA attention on CUDA: the cuDNN fused path (attention_cudnn.cu) against the CPU twin,
+// the dispatch rules, determinism, and (INGOT_CUDA_PERF=1) TFLOP/s of both CUDA paths.
+//
+// Tolerances (docs/cuda.md): bf16 out, dq, dk, dv norm-wise relative error <= 1e-2; f32 lse
+// <= 1e-4. Inputs are bf16-rounded normals; the CPU runs in f32 on the same values. CUDA outputs
+// are poisoned with NaN first. The backward gets identical saved tensors on both sides (out
+// rounded to bf16, the CPU's lse).
+//
+// Determinism: the default cuDNN backward accumulates dQ with f32 atomics and is not bitwise
+// reproducible; INGOT_ATTENTION=cudnn-deterministic selects the atomics-free plan, asserted
+// bitwise here. The fast plan is only checked against the tolerance.
+//
+// Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaAttention*Perf*' prints the
+// median time and TFLOP/s (causal: fwd 2*2*B*Hq*T*T*D/2, bwd 2.5x fwd) of each path at B=4,
+// T=4096 for the Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-0.5B attention shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ingot/core/context.h"
+#include "ingot/core/dtype.h"
+#include "ingot/core/tensor.h"
+#include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/device.h"
+#include "ingot/ops/ops.h"
+#include "test_util.h"
+
+namespace ingot::test {
+namespace {
+
+constexpr double kTolBf16 = 1e-2;
+constexpr double kTolStat = 1e-4;
+
+using Floats = std::vector<float>;
+
+float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
+
+Floats randn_bf16(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> dist(0.0, 1.0);
+  Floats v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    x = round_bf16(float(dist(rng)));
+    if (x == 0.f) x = 0.0078125f;
+  }
+  return v;
+}
+
+// Sets INGOT_ATTENTION for one scope.
+struct ScopedMode {
+  std::string old;
+  bool had;
+  explicit ScopedMode(const char* mode) {
+    const char* e = std::getenv("INGOT_ATTENTION");
+    had = e != nullptr;
+    if (had) old = e;
+    if (mode) setenv("INGOT_ATTENTION", mode, 1);
+    else unsetenv("INGOT_ATTENTION");
+  }
+  ~ScopedMode() {
+    if (had) setenv("INGOT_ATTENTION", old.c_str(), 1);
+    else unsetenv("INGOT_ATTENTION");
+  }
+};
+
+class CudaAttention : public ::testing::Test {
+ protected:
+  static CudaState* state_;
+  static void SetUpTestSuite() {
+    if (cuda::device_available() && !state_) state_ = cuda::create_state(0);
+  }
+  static void TearDownTestSuite() {
+    cuda::destroy_state(state_);
+    state_ = nullptr;
+  }
+  void SetUp() override {
+    if (!state_) GTEST_SKIP() << "no CUDA device";
+    gpu.device = Device::cuda;
+    gpu.cuda = state_;
+    cpu.device = Device::cpu;
+    cpu.num_threads = 8;
+  }
+  void TearDown() override {
+    if (state_) cuda::synchronize(state_);
+    for (void* p : allocations_) cuda::device_free(p);
+  }
+
+  Tensor alloc(DType dtype, std::initializer_list<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    void* p = cuda::device_alloc(std::max<int64_t>(n * dtype_size(dtype), 1));
+    allocations_.push_back(p);
+    return Tensor(p, dtype, Device::cuda, dims);
+  }
+  void write(Tensor t, const Floats& v) {
+    if (t.dtype == DType::f32) {
+      cuda::copy_to_device(t.data, v.data(), t.bytes(), state_);
+    } else {
+      std::vector<uint16_t> bits(v.size());
+      for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
+      cuda::copy_to_device(t.data, bits.data(), t.bytes(), state_);
+    }
+  }
+  Floats read(const Tensor& t) {
+    Floats out(static_cast<size_t>(t.numel()));
+    if (t.dtype == DType::f32) {
+      cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
+    } else {
+      std::vector<uint16_t> bits(out.size());
+      cuda::copy_to_host(bits.data(), t.data, t.bytes(), state_);
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(bits[i]);
+    }
+    return out;
+  }
+  std::vector<uint8_t> read_bytes(const Tensor& t) {
+    std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
+    cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
+    return out;
+  }
+  void poison(Tensor t) { write(t, Floats(size_t(t.numel()), std::numeric_limits<float>::quiet_NaN())); }
+  // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
+  void fill_random(Tensor t, uint64_t seed) {
+    const int64_t n = t.numel(), block = int64_t(1) << 20;
+    const Floats v = randn_bf16(block + 4096, seed);
+    std::vector<uint16_t> bits(v.size());
+    for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
+    for (int64_t at = 0, k = 0; at < n; at += block, ++k) {
+      const int64_t count = std::min(block, n - at), shift = (k * 977) % 4096;
+      cuda::copy_to_device(static_cast<char*>(t.data) + at * 2, bits.data() + shift, count * 2, state_);
+    }
+  }
+
+  Context gpu, cpu;
+
+ private:
+  std::vector<void*> allocations_;
+};
+
+CudaState* CudaAttention::state_ = nullptr;
+
+::testing::AssertionResult close(const Floats& got, const Floats& want, double tol, const std::string& what) {
+  const double err = relative_error(got.data(), want.data(), int64_t(want.size()));
+  std::printf("    %-58s rel err %.3e\n", what.c_str(), err);
+  if (err <= tol) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": rel err " << err << " > " << tol;
+}
+
+// Heads [h0, h1) of packed (N, H, D) rows.
+Floats heads_of(const Floats& v, int64_t N, int64_t H, int64_t D, int64_t h0, int64_t h1) {
+  Floats out;
+  out.reserve(size_t(N * (h1 - h0) * D));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t d = 0; d < D; ++d) out.push_back(v[size_t((n * H + h) * D + d)]);
+  return out;
+}
+
+struct Case {
+  int64_t B, T, Hq, Hkv, D;
+};
+
+TEST_F(CudaAttention, CudnnMatchesCpu) {
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  std::vector<Case> cases;
+  for (int64_t D : {64, 128})
+    for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
+      for (int64_t T : {77, 1024}) cases.push_back({2, T, Hq, Hkv, D});
+  for (const Case& c : cases) {
+    const std::string name = "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " Hq=" +
+                             std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D);
+    std::printf("  %s\n", name.c_str());
+    const int64_t Htot = c.Hq + 2 * c.Hkv, N = c.B * c.T;
+    const double scale = 1.0 / std::sqrt(double(c.D));
+    const Floats qkv = randn_bf16(N * Htot * c.D, 7 + c.T + c.D), dout = randn_bf16(N * c.Hq * c.D, 8 + c.T);
+
+    // CPU twin.
+    Floats cout(static_cast<size_t>(N * c.Hq * c.D)), clse(static_cast<size_t>(c.B * c.Hq * c.T)), cdqkv(qkv.size());
+    Floats cqkv = qkv, cdout = dout;
+    Tensor cqkv_t(cqkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
+    Tensor cout_t(cout.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+    Tensor clse_t(clse.data(), DType::f32, Device::cpu, {c.B, c.Hq, c.T});
+    ops::attention_forward(cpu, cout_t, clse_t, cqkv_t, Tensor{}, int(c.Hq), int(c.Hkv), scale);
+    Floats out16 = cout;
+    for (auto& f : out16) f = round_bf16(f);
+    Tensor cout16_t(out16.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+    Tensor cdout_t(cdout.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+    Tensor cdqkv_t(cdqkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
+    ops::attention_backward(cpu, cdqkv_t, cdout_t, cout16_t, clse_t, cqkv_t, Tensor{}, int(c.Hq),
+                            int(c.Hkv), scale);
+
+    Tensor gqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
+    write(gqkv, qkv);
+    Tensor gout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), glse = alloc(DType::f32, {c.B, c.Hq, c.T});
+    poison(gout);
+    poison(glse);
+    {
+      ScopedMode mode(nullptr);
+      ops::attention_forward(gpu, gout, glse, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
+    }
+    EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << name;
+    EXPECT_TRUE(close(read(gout), cout, kTolBf16, "forward out"));
+    EXPECT_TRUE(close(read(glse), clse, kTolStat, "forward lse"));
+
+    Tensor gout16 = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), gdout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D});
+    Tensor glse_c = alloc(DType::f32, {c.B, c.Hq, c.T}), gdqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
+    write(gout16, out16);
+    write(gdout, dout);
+    write(glse_c, clse);
+    for (const char* variant : {"cudnn", "cudnn-deterministic"}) {
+      poison(gdqkv);
+      {
+        ScopedMode mode(std::strcmp(variant, "cudnn") == 0 ? nullptr : variant);
+        ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
+      }
+      EXPECT_STREQ(cuda::attention_last_path(), variant) << name;
+      const Floats got = read(gdqkv);
+      const int64_t bounds[4] = {0, c.Hq, c.Hq + c.Hkv, Htot};
+      const char* parts[3] = {"dq", "dk", "dv"};
+      for (int p = 0; p < 3; ++p)
+        EXPECT_TRUE(close(heads_of(got, N, Htot, c.D, bounds[p], bounds[p + 1]),
+                          heads_of(cdqkv, N, Htot, c.D, bounds[p], bounds[p + 1]), kTolBf16,
+                          std::string("backward ") + parts[p] + " (" + variant + ")"))
+            << name;
+    }
+  }
+}
+
+TEST_F(CudaAttention, FallsBackToKernels) {
+  const int64_t B = 1, T = 64, Hq = 2, Hkv = 1, D = 64, Htot = Hq + 2 * Hkv;
+  Tensor qkv = alloc(DType::bf16, {B, T, Htot, D});
+  write(qkv, randn_bf16(B * T * Htot * D, 3));
+  Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+  Tensor seg = alloc(DType::i32, {B, T});
+  std::vector<int32_t> ids(static_cast<size_t>(B * T), 0);
+  cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
+  ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.125);
+  EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "segment ids take the kernels";
+  {
+    ScopedMode mode("kernels");
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "INGOT_ATTENTION=kernels";
+  }
+  Tensor qkv20 = alloc(DType::bf16, {B, T, Hq + 2 * Hkv, 20});
+  write(qkv20, randn_bf16(B * T * Htot * 20, 4));
+  Tensor out20 = alloc(DType::bf16, {B, T, Hq, 20});
+  ops::attention_forward(gpu, out20, lse, qkv20, Tensor{}, int(Hq), int(Hkv), 0.2);
+  EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "D % 8 != 0";
+}
+
+TEST_F(CudaAttention, CudnnDeterministicBackwardIsBitwise) {
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  const int64_t B = 2, T = 512, Hq = 8, Hkv = 2, D = 64, Htot = Hq + 2 * Hkv;
+  Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
+  write(qkv, randn_bf16(B * T * Htot * D, 11));
+  write(dout, randn_bf16(B * T * Hq * D, 12));
+  Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+  Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+  ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+  for (const char* variant : {"cudnn-deterministic", "cudnn"}) {
+    ScopedMode mode(std::strcmp(variant, "cudnn") == 0 ? nullptr : variant);
+    std::vector<std::vector<uint8_t>> runs;
+    for (int r = 0; r < 3; ++r) {
+      poison(dqkv);
+      ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+      runs.push_back(read_bytes(dqkv));
+    }
+    const bool same = runs[0] == runs[1] && runs[1] == runs[2];
+    std::printf("  backward %-20s three runs bitwise identical: %s\n", variant, same ? "yes" : "no");
+    if (std::strcmp(variant, "cudnn-deterministic") == 0) EXPECT_TRUE(same);
+  }
+}
+
+// ---- perf mode --------------------------------------------------------------------------------
+
+TEST_F(CudaAttention, Perf) {
+  const char* env = std::getenv("INGOT_CUDA_PERF");
+  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  struct Shape {
+    const char* model;
+    int64_t Hq, Hkv, D;
+  };
+  const Shape shapes[] = {{"Llama-3.2-1B", 32, 8, 64}, {"Qwen3-0.6B", 16, 8, 128}, {"Qwen2.5-0.5B", 14, 2, 64}};
+  const int64_t B = 4, T = 4096;
+  auto time_ms = [&](const std::function<void()>& fn, int warmup, int iters) {
+    for (int i = 0; i < warmup; ++i) fn();
+    cuda::Event start = cuda::event_create(), end = cuda::event_create();
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      cuda::event_record(start, state_);
+      fn();
+      cuda::event_record(end, state_);
+      ms.push_back(cuda::event_elapsed_ms(start, end));
+    }
+    cuda::event_destroy(start);
+    cuda::event_destroy(end);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  std::vector<std::string> rows;
+  for (const Shape& s : shapes) {
+    const int64_t Htot = s.Hq + 2 * s.Hkv;
+    const double scale = 1.0 / std::sqrt(double(s.D));
+    Tensor qkv = alloc(DType::bf16, {B, T, Htot, s.D}), dout = alloc(DType::bf16, {B, T, s.Hq, s.D});
+    fill_random(qkv, 21);
+    fill_random(dout, 22);
+    Tensor out = alloc(DType::bf16, {B, T, s.Hq, s.D}), lse = alloc(DType::f32, {B, s.Hq, T});
+    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, s.D});
+    const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
+    for (const char* mode : {"kernels", "cudnn", "cudnn-deterministic"}) {
+      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
+      const bool slow = std::strcmp(mode, "kernels") == 0;
+      const double f = time_ms([&] {
+        ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+      }, slow ? 1 : 5, slow ? 3 : 20);
+      const std::string fwd_path = cuda::attention_last_path();
+      const double b = time_ms([&] {
+        ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+      }, slow ? 1 : 5, slow ? 3 : 20);
+      const std::string bwd_path = cuda::attention_last_path();
+      char row[256];
+      std::snprintf(row, sizeof(row), "| %-13s | %2ld/%ld/%3ld | %-19s | %8.3f | %6.1f | %8.3f | %6.1f |",
+                    s.model, long(s.Hq), long(s.Hkv), long(s.D), (fwd_path + "/" + bwd_path).c_str(), f,
+                    fwd_flops / (f * 1e-3) / 1e12, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12);
+      rows.push_back(row);
+      std::printf("%s\n", row);
+    }
+  }
+  std::printf("\nattention perf on %s, B=%ld T=%ld, causal (fwd 2*2*B*Hq*T*T*D/2 FLOPs, bwd 2.5x):\n",
+              cuda::device_name().c_str(), long(B), long(T));
+  std::printf("| model         | Hq/Hkv/D   | path fwd/bwd        | fwd ms   | TFLOP/s| bwd ms   | TFLOP/s|\n");
+  for (const auto& r : rows) std::printf("%s\n", r.c_str());
+}
+
+}  // namespace
+}  // namespace ingot::test
