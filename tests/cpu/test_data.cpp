@@ -450,7 +450,8 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
   o.inputs = {dir + "/in"};
   o.output_dir = dir + "/out";
   const PrepareReport r = prepare_dataset(o, tok);
-  EXPECT_EQ(r.num_files, 4);
+  EXPECT_EQ(r.num_files, 3);
+  EXPECT_EQ(r.empty_files, 1);  // found in a directory: skipped and counted
   EXPECT_EQ(r.num_documents, 3);
   EXPECT_EQ(r.num_tokens, (5 + 1) + (6 + 1) + (6 + 1));
   ASSERT_EQ(r.shards.size(), 1u);

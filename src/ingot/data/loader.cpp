@@ -66,7 +66,7 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
 }
 
 DataLoader::DataLoader(const DataLoaderConfig& config)
-    : seq_len_(config.seq_len), seed_(config.seed) {
+    : seq_len_(config.seq_len), seed_(config.seed), mode_(config.packing) {
   INGOT_CHECK(config.seq_len > 0, "data: seq_len must be positive, got ", config.seq_len);
   INGOT_CHECK(config.vocab_size > 0, "data: vocab_size must be positive, got ", config.vocab_size);
   INGOT_CHECK(config.val_fraction >= 0 && config.val_fraction < 1,
@@ -96,6 +96,13 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
     shards_.push_back(std::move(shard));
   }
 
+  window_tokens_.resize(T + 1);
+  window_mask_.resize(T + 1);
+  if (by_document()) {
+    plan_documents(config.val_fraction);
+    return;
+  }
+
   // Split: see the header. One token separates the last train window from the first val window.
   const int64_t N = num_tokens_;
   const int64_t all_windows = N >= 1 ? (N - 1) / T : 0;
@@ -116,8 +123,60 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
            " needs at least ", T + 1, " tokens for one training window");
     val_begin_ = N;
   }
-  window_tokens_.resize(T + 1);
-  window_mask_.resize(T + 1);
+}
+
+void DataLoader::plan_documents(double val_fraction) {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const auto starts = shards_[s].document_starts();
+    for (size_t d = 0; d < starts.size(); ++d) {
+      const int64_t end = d + 1 < starts.size() ? static_cast<int64_t>(starts[d + 1])
+                                                : shards_[s].num_tokens();
+      documents_.push_back({shard_begin_[s] + static_cast<int64_t>(starts[d]),
+                            end - static_cast<int64_t>(starts[d])});
+    }
+  }
+  const int64_t D = static_cast<int64_t>(documents_.size());
+  const int64_t num_val_docs =
+      val_fraction > 0 ? std::max<int64_t>(1, static_cast<int64_t>(D * val_fraction)) : 0;
+  num_train_docs_ = D - num_val_docs;
+  if (num_train_docs_ < 1)
+    fail("data: dataset too short for ", packing_mode_name(mode_), " batches: ", D,
+         " documents in ", describe_files(files_), "; val_fraction ", val_fraction,
+         " leaves none for training (needs at least ", num_val_docs + 1, " documents)");
+  const bool packed = mode_ == PackingMode::packed;
+  val_plan_ = plan_rows(std::span(documents_).subspan(num_train_docs_), seq_len_, packed);
+  num_val_ = val_plan_.num_rows();
+  num_train_ = train_plan(0).num_rows();
+}
+
+const PackingPlan& DataLoader::train_plan(int64_t epoch) {
+  INGOT_CHECK(by_document(), "data: train_plan needs the packed or padded mode");
+  if (plan_epoch_ != epoch) {
+    ensure_permutation(epoch);  // over documents in these modes
+    std::vector<DocumentSpan> order(num_train_docs_);
+    for (int64_t i = 0; i < num_train_docs_; ++i) order[i] = documents_[permutation_[i]];
+    train_plan_ = plan_rows(order, seq_len_, mode_ == PackingMode::packed);
+    plan_epoch_ = epoch;
+  }
+  return train_plan_;
+}
+
+void DataLoader::fill_plan_row(std::span<const PackedPiece> pieces, int64_t row,
+                               const BatchBuffers& out) const {
+  const int64_t T = seq_len_;
+  auto read = [this](int64_t begin, int64_t count, int32_t* tokens, uint8_t* mask) {
+    gather(begin, count, tokens, mask);
+  };
+  data::fill_row(pieces, T, read, out.input_ids + row * T, out.targets + row * T,
+                 out.positions ? out.positions + row * T : nullptr,
+                 out.segment_ids ? out.segment_ids + row * T : nullptr);
+}
+
+void DataLoader::fill_val_row(int64_t j, int64_t row, const BatchBuffers& out) const {
+  if (by_document())
+    fill_plan_row(val_plan_.row(j), row, out);
+  else
+    fill_row(val_window_start(j), row, out);
 }
 
 void DataLoader::gather(int64_t start, int64_t count, int32_t* tokens, uint8_t* mask) const {
@@ -159,10 +218,11 @@ void DataLoader::fill_row(int64_t start, int64_t row, const BatchBuffers& out) c
 
 void DataLoader::ensure_permutation(int64_t epoch) {
   if (permutation_epoch_ == epoch) return;
-  permutation_.resize(num_train_);
-  for (int64_t i = 0; i < num_train_; ++i) permutation_[i] = static_cast<uint64_t>(i);
+  const int64_t n = by_document() ? num_train_docs_ : num_train_;
+  permutation_.resize(n);
+  for (int64_t i = 0; i < n; ++i) permutation_[i] = static_cast<uint64_t>(i);
   std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch));
-  for (int64_t i = num_train_ - 1; i > 0; --i) {
+  for (int64_t i = n - 1; i > 0; --i) {
     const uint64_t j = uniform_below(rng, static_cast<uint64_t>(i) + 1);
     std::swap(permutation_[i], permutation_[j]);
   }
@@ -170,6 +230,7 @@ void DataLoader::ensure_permutation(int64_t epoch) {
 }
 
 int64_t DataLoader::train_window_at(int64_t epoch, int64_t index) {
+  INGOT_CHECK(!by_document(), "data: train_window_at is for the stream mode");
   INGOT_CHECK(index >= 0 && index < num_train_, "data: window index ", index, " outside [0, ",
               num_train_, ")");
   ensure_permutation(epoch);
@@ -179,6 +240,16 @@ int64_t DataLoader::train_window_at(int64_t epoch, int64_t index) {
 void DataLoader::next_batch(int64_t batch_size, const BatchBuffers& out) {
   INGOT_CHECK(batch_size > 0, "data: batch size must be positive, got ", batch_size);
   INGOT_CHECK(out.input_ids && out.targets, "data: next_batch needs input_ids and targets buffers");
+  if (by_document()) {
+    for (int64_t row = 0; row < batch_size; ++row) {
+      if (cursor_.index >= train_plan(cursor_.epoch).num_rows()) {
+        ++cursor_.epoch;
+        cursor_.index = 0;
+      }
+      fill_plan_row(train_plan(cursor_.epoch).row(cursor_.index++), row, out);
+    }
+    return;
+  }
   for (int64_t row = 0; row < batch_size; ++row) {
     if (cursor_.index == num_train_) {
       ++cursor_.epoch;
@@ -192,7 +263,8 @@ void DataLoader::next_batch(int64_t batch_size, const BatchBuffers& out) {
 
 nlohmann::json DataLoader::save_state() const {
   return {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
-          {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_}};
+          {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_},
+          {"packing", packing_mode_name(mode_)}};
 }
 
 void DataLoader::restore_state(const nlohmann::json& state) {
@@ -203,6 +275,9 @@ void DataLoader::restore_state(const nlohmann::json& state) {
     const auto num_tokens = state.at("num_tokens").get<int64_t>();
     const auto epoch = state.at("epoch").get<int64_t>();
     const auto index = state.at("index").get<int64_t>();
+    const std::string packing = state.value("packing", std::string("stream"));
+    INGOT_CHECK(packing == packing_mode_name(mode_), "data: saved loader state is for ", packing,
+                " batches but this run uses ", packing_mode_name(mode_), " (the packing key)");
     INGOT_CHECK(seed == seed_ && seq_len == seq_len_, "data: saved loader state has seed ", seed,
                 " and seq_len ", seq_len, " but this run uses seed ", seed_, " and seq_len ",
                 seq_len_);
@@ -210,7 +285,8 @@ void DataLoader::restore_state(const nlohmann::json& state) {
                 "data: saved loader state is for a dataset of ", num_tokens, " tokens (", num_train,
                 " train windows) but ", describe_files(files_), " hold ", num_tokens_, " tokens (",
                 num_train_, " train windows)");
-    INGOT_CHECK(epoch >= 0 && index >= 0 && index <= num_train_,
+    const int64_t rows = by_document() && epoch >= 0 ? train_plan(epoch).num_rows() : num_train_;
+    INGOT_CHECK(epoch >= 0 && index >= 0 && index <= rows,
                 "data: saved loader cursor (epoch ", epoch, ", index ", index, ") is out of range");
     cursor_ = {epoch, index};
   } catch (const nlohmann::json::exception& e) {
@@ -220,9 +296,20 @@ void DataLoader::restore_state(const nlohmann::json& state) {
 
 std::string DataLoader::summary() const {
   std::ostringstream s;
-  s << "data: " << files_.size() << " shard file(s), " << num_tokens_ << " tokens; " << num_train_
-    << " train + " << num_val_ << " val windows of " << seq_len_ << "+1 tokens"
-    << (any_loss_mask_ ? "; loss mask" : "");
+  s << "data: " << files_.size() << " shard file(s), " << num_tokens_ << " tokens; ";
+  if (by_document()) {
+    const PackingPlan& val = val_plan_;
+    s << packing_mode_name(mode_) << ": " << num_train_docs_ << " train + " << num_val_documents()
+      << " val documents in " << num_train_ << " train (epoch 0) + " << num_val_ << " val rows of "
+      << seq_len_ << " tokens";
+    if (val.num_rows() > 0)
+      s << " (val rows " << 100.0 * static_cast<double>(val.num_tokens()) /
+                                static_cast<double>(val.num_rows() * seq_len_)
+        << "% full)";
+  } else {
+    s << num_train_ << " train + " << num_val_ << " val windows of " << seq_len_ << "+1 tokens";
+  }
+  s << (any_loss_mask_ ? "; loss mask" : "");
   return s.str();
 }
 
@@ -240,7 +327,7 @@ int64_t ValIterator::next_batch(int64_t batch_size, const BatchBuffers& out) {
   int64_t real = 0;
   for (int64_t row = 0; row < batch_size; ++row) {
     if (next_ < loader_->num_val_) {
-      loader_->fill_row(loader_->val_window_start(next_++), row, out);
+      loader_->fill_val_row(next_++, row, out);
       ++real;
       continue;
     }
@@ -248,7 +335,7 @@ int64_t ValIterator::next_batch(int64_t batch_size, const BatchBuffers& out) {
     std::fill_n(out.targets + row * T, T, kIgnoreIndex);
     if (out.positions)
       for (int64_t t = 0; t < T; ++t) out.positions[row * T + t] = static_cast<int32_t>(t);
-    if (out.segment_ids) std::fill_n(out.segment_ids + row * T, T, 0);
+    if (out.segment_ids) std::fill_n(out.segment_ids + row * T, T, loader_->by_document() ? -1 : 0);
   }
   return real;
 }

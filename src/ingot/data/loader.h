@@ -1,6 +1,10 @@
-// DataLoader: fixed-length training windows over token shards, for pretraining-style training.
+// DataLoader: rows of T tokens over token shards, in one of three modes (PackingMode):
+//   stream  fixed windows over the concatenated stream, crossing documents (described below);
+//   packed  whole documents packed into rows with per-document positions and segment ids;
+//   padded  one document per row, padded.
+// The packed and padded modes are described at the end of this comment and in packing.h.
 //
-// The shards (in the order given; a directory or glob expands to its files sorted by name) form
+// Stream mode. The shards (in the order given; a directory or glob expands to its files sorted by name) form
 // one concatenated token stream of N tokens. A window is T+1 consecutive tokens starting at a
 // multiple of T: inputs are its first T tokens, targets its last T (shifted by one); a target whose
 // loss-mask byte is 0 becomes -100 (ignored by the loss). Windows may straddle shard boundaries.
@@ -18,12 +22,21 @@
 // every platform). A batch that reaches the end of an epoch continues into the next one. The
 // cursor (epoch, index into the epoch's permutation) is all the state there is, so saving and
 // restoring it resumes the exact batch sequence.
+//
+// Packed / padded modes work on documents (the shards' document boundaries; a document never
+// spans two shards). Split: the last num_val_docs = max(1, floor(D * val_fraction)) documents of
+// the stream (0 when val_fraction == 0) are validation, the rest training. Epoch e shuffles the
+// training documents with the same Fisher-Yates / mt19937_64(seed + e) as windows, then plans its
+// rows with plan_rows (packing.h); the validation rows are planned once, in stream order. The
+// cursor is (epoch, row index into that epoch's plan); the plan is a pure function of the seed and
+// the epoch, so the cursor again is the whole state. Epochs may differ in row count.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
+#include "ingot/data/packing.h"
 #include "ingot/data/shard.h"
 
 namespace ingot::data {
@@ -34,6 +47,7 @@ struct DataLoaderConfig {
   int64_t vocab_size = 0;          // the model's vocabulary: every token id must be below it
   double val_fraction = 0.05;      // share of windows held out for validation, in [0, 1)
   uint64_t seed = 0;               // shuffling seed; epoch e uses seed + e
+  PackingMode packing = PackingMode::stream;
 };
 
 // Host buffers for one batch, each (B, T) int32 row-major. positions and segment_ids may be null
@@ -41,8 +55,10 @@ struct DataLoaderConfig {
 struct BatchBuffers {
   int32_t* input_ids = nullptr;    // (B, T) token ids
   int32_t* targets = nullptr;      // (B, T) next-token ids, -100 where the loss is masked
-  int32_t* positions = nullptr;    // (B, T) position in the row: 0..T-1 for plain windows
-  int32_t* segment_ids = nullptr;  // (B, T) attention segment: all 0 for plain windows
+  int32_t* positions = nullptr;    // (B, T) position: 0..T-1 for stream windows, per document
+                                   // when packed
+  int32_t* segment_ids = nullptr;  // (B, T) attention segment: all 0 for stream windows; 0, 1, ...
+                                   // per document and -1 for padding when packed / padded
 };
 
 inline constexpr int32_t kIgnoreIndex = -100;
@@ -67,7 +83,8 @@ class ValIterator {
   bool done() const;
   int64_t num_windows() const;
   // Fills up to batch_size rows with the next windows and returns how many are real (0 once
-  // done). Rows past that are padding: input 0, targets -100, positions 0..T-1, segment 0.
+  // done). Rows past that are padding: input 0, targets -100, positions 0..T-1, segment 0 (-1 in
+  // the packed and padded modes).
   int64_t next_batch(int64_t batch_size, const BatchBuffers& out);
 
  private:
@@ -90,15 +107,24 @@ class DataLoader {
   ValIterator validation() const { return ValIterator(*this); }
 
   DataCursor cursor() const { return cursor_; }
-  // {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens"}; restore_state()
-  // rejects a state from a different seed, seq_len or dataset.
+  // {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens", "packing"};
+  // restore_state() rejects a state from a different seed, seq_len, packing mode or dataset (a
+  // state without "packing" is a stream-mode state).
   nlohmann::json save_state() const;
   void restore_state(const nlohmann::json& state);
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_tokens() const { return num_tokens_; }
+  PackingMode packing() const { return mode_; }
+  // Stream mode: windows. Packed / padded: rows (of epoch 0 for training).
   int64_t num_train_windows() const { return num_train_; }
   int64_t num_val_windows() const { return num_val_; }
+  // Packed / padded modes: documents in the training and validation splits.
+  int64_t num_train_documents() const { return num_train_docs_; }
+  int64_t num_val_documents() const { return static_cast<int64_t>(documents_.size()) - num_train_docs_; }
+  // Packed / padded modes: the rows of epoch `epoch` (planned on demand; the last one is cached).
+  const PackingPlan& train_plan(int64_t epoch);
+  const PackingPlan& val_plan() const { return val_plan_; }
   const std::vector<std::string>& files() const { return files_; }
   // Offsets into the concatenated stream of a window's first token.
   int64_t train_window_start(int64_t i) const { return i * seq_len_; }
@@ -111,8 +137,12 @@ class DataLoader {
  private:
   friend class ValIterator;
   void fill_row(int64_t start, int64_t row, const BatchBuffers& out) const;
+  void fill_plan_row(std::span<const PackedPiece> pieces, int64_t row, const BatchBuffers& out) const;
+  void fill_val_row(int64_t j, int64_t row, const BatchBuffers& out) const;
   void gather(int64_t start, int64_t count, int32_t* tokens, uint8_t* mask) const;
   void ensure_permutation(int64_t epoch);
+  void plan_documents(double val_fraction);
+  bool by_document() const { return mode_ != PackingMode::stream; }
 
   std::vector<std::string> files_;
   std::vector<Shard> shards_;         // non-empty shards, in stream order
@@ -122,7 +152,12 @@ class DataLoader {
   uint64_t seed_;
   DataCursor cursor_;
   int64_t permutation_epoch_ = -1;
-  std::vector<uint64_t> permutation_;           // (num_train,) window order of permutation_epoch_
+  std::vector<uint64_t> permutation_;  // (num_train,) window (or document) order of permutation_epoch_
+  PackingMode mode_;
+  std::vector<DocumentSpan> documents_;  // (D,) packed / padded modes: every document, stream order
+  int64_t num_train_docs_ = 0;
+  PackingPlan val_plan_, train_plan_;    // train_plan_ is for epoch plan_epoch_
+  int64_t plan_epoch_ = -1;
   mutable std::vector<int32_t> window_tokens_;  // (T + 1,) scratch
   mutable std::vector<uint8_t> window_mask_;    // (T + 1,) scratch
 };

@@ -1,18 +1,23 @@
 #include "ingot/data/prepare.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/data/bpe_tokenizer.h"
+#include "ingot/data/chat_format.h"
 #include "ingot/data/shard.h"
 
 namespace ingot::data {
@@ -90,26 +95,31 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
 // Splits documents across shards of at most shard_tokens tokens, naming them train-NNNNN.bin.
 class ShardSink {
  public:
-  ShardSink(const PrepareOptions& options, const Tokenizer& tokenizer, PrepareReport& report)
+  ShardSink(const PrepareOptions& options, const Tokenizer& tokenizer, PrepareReport& report,
+            bool has_loss_mask)
       : options_(options),
         report_(report),
         vocab_size_(static_cast<uint32_t>(tokenizer.vocab_size())),
-        width_(shard_token_width_for_vocab(tokenizer.vocab_size())) {}
+        width_(shard_token_width_for_vocab(tokenizer.vocab_size())),
+        has_loss_mask_(has_loss_mask) {}
 
-  void add(std::span<const int32_t> tokens) {
+  // mask: empty, or one 0/1 byte per token when the shards have a loss mask.
+  void add(std::span<const int32_t> tokens, std::span<const uint8_t> mask = {}) {
     while (!tokens.empty()) {
       if (!writer_) open();
       const int64_t space = options_.shard_tokens - writer_->num_tokens();
       if (static_cast<int64_t>(tokens.size()) <= space) {
-        writer_->add_document(tokens);
+        writer_->add_document(tokens, mask);
         return;
       }
       if (writer_->num_tokens() > 0) {  // does not fit: start a fresh shard
         close();
         continue;
       }
-      writer_->add_document(tokens.first(space));  // longer than a whole shard: split it
+      // Longer than a whole shard: split it.
+      writer_->add_document(tokens.first(space), mask.empty() ? mask : mask.first(space));
       tokens = tokens.subspan(space);
+      if (!mask.empty()) mask = mask.subspan(space);
       close();
     }
   }
@@ -133,12 +143,13 @@ class ShardSink {
     char name[32];
     std::snprintf(name, sizeof name, "train-%05zu.bin", report_.shards.size());
     writer_ = std::make_unique<ShardWriter>((fs::path(options_.output_dir) / name).string(), width_,
-                                            vocab_size_, false);
+                                            vocab_size_, has_loss_mask_);
   }
 
   const PrepareOptions& options_;
   PrepareReport& report_;
   uint32_t vocab_size_, width_;
+  bool has_loss_mask_;
   std::unique_ptr<ShardWriter> writer_;
 };
 
@@ -164,13 +175,204 @@ void clear_output(const PrepareOptions& options) {
 
 }  // namespace
 
+namespace {
+
+// Progress on the log stream: share of input bytes, MB/s, ETA; at most one line per 0.5 s.
+class Progress {
+ public:
+  Progress(std::ostream* log, bool tty, int64_t total_bytes)
+      : log_(log), tty_(tty), total_(std::max<int64_t>(total_bytes, 1)) {}
+  void advance(int64_t bytes) {
+    done_ += bytes;
+    if (!log_) return;
+    const auto now = Clock::now();
+    if (now - last_ < std::chrono::milliseconds(500)) return;
+    last_ = now;
+    print(false);
+  }
+  void finish() {
+    if (log_ && printed_) print(true);
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void print(bool final) {
+    const double seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double fraction = std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
+    const double rate = static_cast<double>(done_) / std::max(seconds, 1e-9);
+    const double eta = rate > 0 ? static_cast<double>(total_ - std::min(done_, total_)) / rate : 0;
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(fraction * kWidth);
+    char line[200];
+    std::snprintf(line, sizeof line, "prepare: [%s%s] %5.1f%% %.1f/%.1f MB, %.1f MB/s, ETA %.0fs",
+                  std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                  100 * fraction, done_ / 1e6, total_ / 1e6, rate / 1e6, eta);
+    *log_ << (tty_ ? "\r" : "") << line << (tty_ && !final ? "" : "\n") << std::flush;
+    printed_ = true;
+  }
+  std::ostream* log_;
+  bool tty_;
+  int64_t total_, done_ = 0;
+  bool printed_ = false;
+  Clock::time_point start_ = Clock::now(), last_ = Clock::now();
+};
+
+// One document waiting to be encoded, and where it came from (FILE:LINE) for error messages.
+struct PendingDocument {
+  std::string where;
+  std::string text;                   // text format: the document; chat: the rendered conversation
+  RenderedChat chat;                  // chat / alpaca only
+  std::vector<ChatMessage> messages;  // chat / alpaca only
+  int64_t input_bytes = 0;            // for the progress line
+};
+
+// Encodes documents in batches (several threads for a BPE tokenizer), then masks, truncates or
+// drops them and hands them to the sink, in input order.
+class DocumentEncoder {
+ public:
+  DocumentEncoder(const PrepareOptions& options, const Tokenizer& tokenizer,
+                  const ChatFormat* format, ShardSink& sink, PrepareReport& report,
+                  Progress& progress)
+      : options_(options),
+        tokenizer_(tokenizer),
+        bpe_(dynamic_cast<const BpeTokenizer*>(&tokenizer)),
+        format_(format),
+        sink_(sink),
+        report_(report),
+        progress_(progress) {}
+
+  void add(PendingDocument doc) {
+    pending_bytes_ += static_cast<int64_t>(doc.text.size());
+    pending_.push_back(std::move(doc));
+    if (pending_.size() >= 1024 || pending_bytes_ >= (int64_t{8} << 20)) flush();
+  }
+
+  void flush() {
+    if (pending_.empty()) return;
+    std::vector<std::vector<int32_t>> ids = encode_all();
+    for (size_t i = 0; i < pending_.size(); ++i) finish(pending_[i], std::move(ids[i]));
+    pending_.clear();
+    pending_bytes_ = 0;
+  }
+
+ private:
+  std::vector<std::vector<int32_t>> encode_all() {
+    std::vector<std::string_view> texts;
+    for (const PendingDocument& d : pending_) texts.push_back(d.text);
+    try {
+      if (bpe_) return bpe_->encode_batch(texts, options_.num_threads);
+      std::vector<std::vector<int32_t>> ids;
+      for (std::string_view t : texts) ids.push_back(tokenizer_.encode(t));
+      return ids;
+    } catch (const Error&) {
+      // Find the document at fault, one by one, to name it.
+      for (const PendingDocument& d : pending_) {
+        try {
+          tokenizer_.encode(d.text);
+        } catch (const Error& e) {
+          fail("prepare: ", d.where, ": ", e.what());
+        }
+      }
+      throw;
+    }
+  }
+
+  void finish(PendingDocument& doc, std::vector<int32_t> ids) {
+    std::vector<uint8_t> mask;
+    const bool chat = format_ != nullptr;
+    if (chat) {
+      TokenizedChat out;
+      if (!align_chat_mask(doc.chat, std::move(ids), *bpe_, options_.train_on_inputs, &out)) {
+        try {
+          out = tokenize_chat(*format_, *bpe_, doc.messages, options_.train_on_inputs);
+        } catch (const Error& e) {
+          fail("prepare: ", doc.where, ": ", e.what());
+        }
+      }
+      ids = std::move(out.tokens);
+      mask = std::move(out.loss_mask);
+    } else {
+      ids.push_back(tokenizer_.eos_id());
+    }
+    progress_.advance(doc.input_bytes);
+    const int64_t limit = options_.max_seq_len;
+    if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) {
+      if (options_.overflow == OverflowPolicy::drop) {
+        ++report_.dropped;
+        return;
+      }
+      ids.resize(limit);
+      if (chat) mask.resize(limit);
+      ++report_.truncated;
+    }
+    const int64_t trained =
+        chat ? std::count(mask.begin(), mask.end(), 1) : static_cast<int64_t>(ids.size());
+    if (trained == 0) {
+      ++report_.dropped_no_target;
+      return;
+    }
+    sink_.add(ids, mask);
+    ++report_.num_documents;
+    report_.num_tokens += static_cast<int64_t>(ids.size());
+    report_.trained_tokens += trained;
+  }
+
+  const PrepareOptions& options_;
+  const Tokenizer& tokenizer_;
+  const BpeTokenizer* bpe_;
+  const ChatFormat* format_;
+  ShardSink& sink_;
+  PrepareReport& report_;
+  Progress& progress_;
+  std::vector<PendingDocument> pending_;
+  int64_t pending_bytes_ = 0;
+};
+
+// "invalid JSON (...)" with nlohmann's reason, naming invalid UTF-8 as such.
+std::string describe_parse_error(const nlohmann::json::parse_error& e) {
+  std::string what = e.what();
+  if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
+  if (what.find("UTF-8") != std::string::npos) return "invalid UTF-8 in a JSON string (" + what + ")";
+  return "invalid JSON (" + what + ")";
+}
+
+}  // namespace
+
+PrepareFormat parse_prepare_format(const std::string& name) {
+  if (name == "text") return PrepareFormat::text;
+  if (name == "chat") return PrepareFormat::chat;
+  if (name == "alpaca") return PrepareFormat::alpaca;
+  fail("prepare: format \"", name, "\" is not one of text, chat, alpaca (--format)");
+}
+
+OverflowPolicy parse_overflow_policy(const std::string& name) {
+  if (name == "truncate") return OverflowPolicy::truncate;
+  if (name == "drop") return OverflowPolicy::drop;
+  fail("prepare: overflow \"", name, "\" is not one of truncate, drop (--overflow)");
+}
+
 std::string PrepareReport::to_string() const {
   std::ostringstream s;
   s << "prepare: " << num_documents << " documents, " << num_tokens << " tokens from " << num_files
     << " files into " << shards.size() << " shard(s) in " << output_dir;
+  if (!chat_format.empty()) {
+    char pct[64];
+    std::snprintf(pct, sizeof pct, "%.1f%%",
+                  num_tokens ? 100.0 * static_cast<double>(trained_tokens) / num_tokens : 0.0);
+    s << "\nprepare: chat format " << chat_format << "; loss on " << trained_tokens << " tokens ("
+      << pct << "), masked fraction ";
+    std::snprintf(pct, sizeof pct, "%.1f%%",
+                  num_tokens ? 100.0 * static_cast<double>(num_tokens - trained_tokens) / num_tokens
+                             : 0.0);
+    s << pct;
+  }
+  s << "\nprepare: truncated " << truncated << ", dropped " << dropped
+    << " (longer than max_seq_len)";
+  if (dropped_no_target) s << ", dropped " << dropped_no_target << " with no assistant token";
   if (skipped_binary_files)
     s << "\nprepare: skipped " << skipped_binary_files
       << " binary files (the first: " << first_skipped_binary_file << ")";
+  if (empty_files) s << "\nprepare: skipped " << empty_files << " empty files";
   if (skipped_json_lines)
     s << "\nprepare: skipped " << skipped_json_lines << " invalid JSONL lines";
   return s.str();
@@ -180,52 +382,120 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   INGOT_CHECK(!options.output_dir.empty(), "prepare: no output directory given");
   INGOT_CHECK(options.shard_tokens > 0, "prepare: shard_tokens must be positive, got ",
               options.shard_tokens);
+  INGOT_CHECK(options.max_seq_len >= 0, "prepare: max_seq_len must be >= 0, got ",
+              options.max_seq_len);
   INGOT_CHECK(tokenizer.vocab_size() > 0 && tokenizer.vocab_size() < (int64_t{1} << 32),
               "prepare: tokenizer vocab size ", tokenizer.vocab_size(), " is out of range");
+  const bool chat = options.format != PrepareFormat::text;
+  std::optional<ChatFormat> format;
+  if (chat) {
+    const char* name = options.format == PrepareFormat::chat ? "chat" : "alpaca";
+    INGOT_CHECK(dynamic_cast<const BpeTokenizer*>(&tokenizer), "prepare: format ", name,
+                " needs a tokenizer.json tokenizer with the chat format's special tokens "
+                "(--tokenizer), not ",
+                tokenizer.name());
+    INGOT_CHECK(!options.chat_template.empty(), "prepare: format ", name,
+                " needs the model's tokenizer_config.json for its chat template (--chat-template)");
+    format = load_chat_format(options.chat_template);
+  } else {
+    INGOT_CHECK(tokenizer.eos_id() >= 0, "prepare: the tokenizer has no end-of-text token to "
+                                         "separate documents (eos_token in tokenizer_config.json)");
+  }
   const std::vector<InputFile> files = collect_inputs(options);
   clear_output(options);
 
   PrepareReport report;
   report.output_dir = options.output_dir;
-  ShardSink sink(options, tokenizer, report);
-  std::vector<int32_t> tokens;
-  auto add_document = [&](std::string_view text) {
-    tokens = tokenizer.encode(text);
-    tokens.push_back(tokenizer.eos_id());
-    sink.add(tokens);
-    ++report.num_documents;
-    report.num_tokens += static_cast<int64_t>(tokens.size());
+  if (format) report.chat_format = format->name();
+  int64_t total_bytes = 0;
+  for (const InputFile& f : files) {
+    std::error_code ec;
+    const auto size = fs::file_size(f.path, ec);
+    if (!ec) total_bytes += static_cast<int64_t>(size);
+  }
+  Progress progress(options.log, options.progress_tty, total_bytes);
+  ShardSink sink(options, tokenizer, report, chat);
+  DocumentEncoder encoder(options, tokenizer, format ? &*format : nullptr, sink, report, progress);
+  auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
+    encoder.add({std::move(where), std::string(text), {}, {}, bytes});
   };
 
   try {
     for (const InputFile& input : files) {
       const std::string name = input.path.string();
-      if (is_jsonl(input.path)) {
+      std::error_code size_ec;
+      if (fs::file_size(input.path, size_ec) == 0 && !size_ec) {
+        INGOT_CHECK(input.from_directory, "prepare: input ", name, " is empty");
+        ++report.empty_files;
+        continue;
+      }
+      if (chat || is_jsonl(input.path)) {
         std::ifstream in(input.path, std::ios::binary);
         if (!in) fail("prepare: cannot open ", name, ": ", std::strerror(errno));
         std::string line;
+        int64_t records = 0;
         for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
-          if (is_blank(line)) continue;
+          const int64_t line_bytes = static_cast<int64_t>(line.size()) + 1;
+          if (is_blank(line)) {
+            progress.advance(line_bytes);
+            continue;
+          }
+          ++records;
+          const std::string where = name + ":" + std::to_string(line_number);
           std::string problem;
-          nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-          if (record.is_discarded()) {
-            problem = "invalid JSON";
+          nlohmann::json record;
+          try {
+            record = nlohmann::json::parse(line);
+          } catch (const nlohmann::json::parse_error& e) {
+            problem = describe_parse_error(e);
+          }
+          if (!problem.empty()) {
+            // reported below
           } else if (!record.is_object()) {
             problem = "not a JSON object";
-          } else {
+          } else if (!chat) {
             auto field = record.find(options.text_field);
             if (field == record.end() || !field->is_string())
               problem = "no string field \"" + options.text_field + "\"";
             else if (const auto& text = field->get_ref<const std::string&>(); !text.empty())
-              add_document(text);
+              add_text(where, text, line_bytes);
+            else
+              progress.advance(line_bytes);
+          } else {
+            try {
+              PendingDocument doc;
+              doc.where = where;
+              doc.input_bytes = line_bytes;
+              if (options.format == PrepareFormat::chat) {
+                const auto field = record.find(options.messages_field);
+                if (field == record.end())
+                  fail("no \"", options.messages_field, "\" field (chat records hold a list of ",
+                       "{role, content} messages; --format alpaca reads instruction/input/output)");
+                doc.messages = chat_messages_from_json(*field);
+              } else {
+                doc.messages = alpaca_messages_from_json(record);
+              }
+              doc.chat = render_chat(*format, doc.messages);
+              doc.text = doc.chat.text;
+              encoder.add(std::move(doc));
+            } catch (const Error& e) {
+              problem = e.what();
+            }
           }
           if (problem.empty()) continue;
           if (!options.skip_invalid_json)
-            fail("prepare: ", name, ":", line_number, ": ", problem,
+            fail("prepare: ", where, ": ", problem,
                  " (skip_invalid_json / --skip-invalid-json skips such lines)");
           ++report.skipped_json_lines;
+          progress.advance(line_bytes);
         }
         if (in.bad()) fail("prepare: cannot read ", name);
+        if (records == 0) {
+          INGOT_CHECK(input.from_directory, "prepare: input ", name,
+                      " holds no JSONL records (only blank lines)");
+          ++report.empty_files;
+          continue;
+        }
         ++report.num_files;
         continue;
       }
@@ -233,33 +503,46 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       const std::string content = read_file(input.path);
       if (input.from_directory && content.find('\0') != std::string::npos) {
         if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
+        progress.advance(static_cast<int64_t>(content.size()));
         continue;
       }
       ++report.num_files;
       if (options.doc_separator.empty()) {
-        if (!is_blank(content)) add_document(content);
+        if (!is_blank(content))
+          add_text(name, content, static_cast<int64_t>(content.size()));
+        else
+          progress.advance(static_cast<int64_t>(content.size()));
         continue;
       }
       // Lines equal to the separator (ignoring a trailing \r) end a document; they are not part of
       // it.
       std::string_view rest(content);
       size_t doc_begin = 0, line_begin = 0;
+      int64_t line_number = 1, doc_line = 1;
+      auto emit = [&](std::string_view doc, size_t consumed_to) {
+        const int64_t bytes = static_cast<int64_t>(consumed_to) - static_cast<int64_t>(doc_begin);
+        if (!is_blank(doc))
+          add_text(name + ":" + std::to_string(doc_line), doc, bytes);
+        else
+          progress.advance(bytes);
+      };
       while (line_begin < content.size()) {
         size_t line_end = content.find('\n', line_begin);
         const size_t next = line_end == std::string::npos ? content.size() : line_end + 1;
         if (line_end == std::string::npos) line_end = content.size();
         std::string_view line = rest.substr(line_begin, line_end - line_begin);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        ++line_number;
         if (line == options.doc_separator) {
-          const std::string_view doc = rest.substr(doc_begin, line_begin - doc_begin);
-          if (!is_blank(doc)) add_document(doc);
+          emit(rest.substr(doc_begin, line_begin - doc_begin), next);
           doc_begin = next;
+          doc_line = line_number;
         }
         line_begin = next;
       }
-      const std::string_view tail = rest.substr(doc_begin);
-      if (!is_blank(tail)) add_document(tail);
+      emit(rest.substr(doc_begin), content.size());
     }
+    encoder.flush();
     sink.close();
   } catch (...) {
     // Leave no partial dataset behind: a loader pointed at the directory would read it silently.
@@ -268,6 +551,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       fs::remove(fs::path(options.output_dir) / shard.file);
     throw;
   }
+  progress.finish();
 
   if (report.num_documents == 0) {
     std::ostringstream inputs;
@@ -275,7 +559,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       inputs << (i ? ", " : "") << options.inputs[i];
     fail("prepare: no documents found in ", inputs.str(), " (", files.size(), " files, ",
          report.skipped_binary_files, " skipped as binary, ", report.skipped_json_lines,
-         " invalid JSONL lines skipped)");
+         " invalid JSONL lines skipped, ", report.dropped + report.dropped_no_target,
+         " documents dropped)");
   }
 
   nlohmann::json meta = {
@@ -288,8 +573,22 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       {"num_tokens", report.num_tokens},
       {"num_documents", report.num_documents},
       {"num_files", report.num_files},
+      {"input_format", options.format == PrepareFormat::text   ? "text"
+                       : options.format == PrepareFormat::chat ? "chat"
+                                                               : "alpaca"},
+      {"loss_mask", chat},
+      {"trained_tokens", report.trained_tokens},
+      {"max_seq_len", options.max_seq_len},
+      {"overflow", options.overflow == OverflowPolicy::drop ? "drop" : "truncate"},
+      {"truncated", report.truncated},
+      {"dropped", report.dropped},
+      {"dropped_no_target", report.dropped_no_target},
       {"shards", nlohmann::json::array()},
   };
+  if (chat) {
+    meta["chat_format"] = report.chat_format;
+    meta["train_on_inputs"] = options.train_on_inputs;
+  }
   for (const PreparedShard& shard : report.shards)
     meta["shards"].push_back({{"file", shard.file},
                               {"num_tokens", shard.num_tokens},

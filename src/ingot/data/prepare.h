@@ -1,19 +1,32 @@
-// prepare: text corpora -> token shards (the library behind `ingot prepare`).
+// prepare: text corpora and chat data -> token shards (the library behind `ingot prepare`).
 //
 // Inputs are files or directories (walked recursively, sorted by path, hidden entries skipped).
+// format text (pretraining):
 //   *.jsonl, *.ndjson  one JSON object per line; the string field `text_field` is one document.
 //                      Blank lines are ignored; a line that is not valid JSON, or lacks the field,
 //                      is an error naming FILE:LINE (or is skipped and counted, skip_invalid_json).
-//   anything else      plain text, passed to the tokenizer byte for byte (no UTF-8 check). One
+//   anything else      plain text, passed to the tokenizer byte for byte (no UTF-8 check by the
+//                      byte tokenizer; a BPE tokenizer rejects invalid UTF-8: FILE:LINE). One
 //                      document per file, or, with doc_separator set, documents separated by lines
 //                      equal to it (fortune files: "%"). Whitespace-only documents are dropped.
+//   Every document is encoded and followed by tokenizer.eos_id(); shards have no loss mask.
+// format chat / alpaca (SFT): every input file is JSON Lines, one sample per record:
+//   chat    {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+//   alpaca  {"instruction": ..., "input": ... (optional), "output": ..., "system": ... (optional)}
+//   rendered with the chat format of `chat_template` (chat_format.h) into one document each, with a
+//   loss mask (assistant tokens, or all with train_on_inputs). Bad records (invalid JSON or UTF-8,
+//   missing fields, unknown roles) are errors naming FILE:LINE, or skipped and counted with
+//   skip_invalid_json. A sample whose mask is all 0 (no assistant turn left) is dropped.
+// Any format: a document longer than max_seq_len (> 0) tokens is truncated to its first
+// max_seq_len tokens or dropped (overflow), and counted. An input file named on the command line
+// that is empty is an error; an empty file found in a directory is skipped and counted.
 // Files found by walking a directory that hold a NUL byte are taken for binary (e.g. fortune's
 // .dat indexes) and skipped; a file reached twice (a symlink) is read once.
-// Every document is encoded and followed by tokenizer.eos_id(). Documents fill shards
-// OUTPUT/train-00000.bin, ... of at most shard_tokens tokens; a document that does not fit starts a
-// new shard, and only a document longer than shard_tokens is split across shards. Finally
-// OUTPUT/meta.json records the tokenizer and the counts. Every file is written as NAME.tmp and
-// renamed into place.
+// Documents fill shards OUTPUT/train-00000.bin, ... of at most shard_tokens tokens; a document that
+// does not fit starts a new shard, and only a document longer than shard_tokens is split across
+// shards. Finally OUTPUT/meta.json records the tokenizer, the options and the counts. Every file
+// is written as NAME.tmp and renamed into place. With a log stream, a progress line (percent of
+// input bytes, MB/s, ETA) is written at most every 0.5 s, then the final report.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -24,7 +37,20 @@
 
 namespace ingot::data {
 
+enum class PrepareFormat { text, chat, alpaca };
+PrepareFormat parse_prepare_format(const std::string& name);  // "text" | "chat" | "alpaca"
+enum class OverflowPolicy { truncate, drop };
+OverflowPolicy parse_overflow_policy(const std::string& name);  // "truncate" | "drop"
+
 struct PrepareOptions {
+  PrepareFormat format = PrepareFormat::text;
+  std::string chat_template;          // chat / alpaca: tokenizer_config.json (or its folder)
+  std::string messages_field = "messages";  // chat: the field holding the conversation
+  bool train_on_inputs = false;       // chat / alpaca: loss on every token, not only the assistant's
+  int64_t max_seq_len = 0;            // > 0: longest document kept whole (tokens)
+  OverflowPolicy overflow = OverflowPolicy::truncate;
+  int num_threads = 0;                // BPE encoding threads (<= 0: all cores)
+  bool progress_tty = false;          // progress redraws one line with \r instead of new lines
   std::vector<std::string> inputs;     // files and/or directories
   std::string output_dir;              // created if missing
   int64_t shard_tokens = 100'000'000;  // at most this many tokens per shard
@@ -47,7 +73,13 @@ struct PrepareReport {
   int64_t num_tokens = 0;            // tokens written, separators included
   int64_t skipped_binary_files = 0;  // found in a directory and holding a NUL byte
   std::string first_skipped_binary_file;
-  int64_t skipped_json_lines = 0;  // only with skip_invalid_json
+  int64_t skipped_json_lines = 0;  // invalid lines / records, only with skip_invalid_json
+  int64_t empty_files = 0;         // found in a directory and empty (skipped)
+  int64_t trained_tokens = 0;      // tokens whose loss-mask byte is 1 (= num_tokens without a mask)
+  int64_t truncated = 0;           // documents cut to max_seq_len
+  int64_t dropped = 0;             // documents dropped: longer than max_seq_len with overflow drop
+  int64_t dropped_no_target = 0;   // chat / alpaca samples with no trained token
+  std::string chat_format;         // chat / alpaca: the format used (e.g. "chatml-qwen3")
   std::vector<PreparedShard> shards;
   std::string output_dir;
   std::string to_string() const;  // the final report, a few lines
