@@ -61,8 +61,7 @@ struct Transformer::Activations {
 static int64_t auto_chunk(int64_t tokens, int64_t vocab) {
   // Bound the logits buffer to 512M elements (1 GiB in bf16), so a 150k vocabulary never holds
   // (N,V) at once. Not smaller: every chunk re-reads and re-writes the whole f32 LM-head gradient
-  // (dweight accumulates), and small chunks make narrow GEMMs. Measured on an H200 (docs/perf.md):
-  // 64M-element chunks (~500 tokens) cost Llama-3.2-1B ~8% of its step.
+  // (dweight accumulates), and small chunks make narrow GEMMs (docs/perf.md has the measurement).
   const int64_t limit = std::max<int64_t>(1, (int64_t{512} << 20) / vocab);
   return std::min(tokens, limit);
 }
