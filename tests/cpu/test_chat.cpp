@@ -7,9 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
+#include "ingot/data/byte_tokenizer.h"
+#include "ingot/data/prepare.h"
+#include "ingot/data/shard.h"
 #include "ingot/data/chat_format.h"
 #include "ingot/data/unicode_nfc.h"
 #include "test_util.h"
@@ -172,4 +176,169 @@ TEST(Chat, RenderedSpansCoverAssistantBodyAndEndOfTurn) {
   ASSERT_EQ(r.trained.size(), 1u);
   EXPECT_EQ(r.text.substr(r.trained[0].first, r.trained[0].second - r.trained[0].first),
             "yo<|eot_id|>");
+}
+
+// ---------------------------------------------------------------- prepare --format chat / alpaca
+
+namespace {
+
+void write_file(const fs::path& path, std::string_view text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+const std::string kChatLines =
+    R"({"messages": [{"role": "user", "content": "What is the capital of France?"}, {"role": "assistant", "content": "Paris."}]})"
+    "\n\n"
+    R"({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "bye"}, {"role": "assistant", "content": "Bye."}]})"
+    "\n";
+
+PrepareOptions chat_options(const std::string& dir, const std::string& input) {
+  PrepareOptions o;
+  o.inputs = {input};
+  o.output_dir = dir + "/out";
+  o.format = PrepareFormat::chat;
+  o.chat_template = fixtures() + "/llama3_tokenizer";
+  o.overwrite = true;
+  return o;
+}
+
+}  // namespace
+
+TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
+  const std::string dir = test::temp_dir("prepare_chat");
+  write_file(dir + "/chat.jsonl", kChatLines);
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  const ChatFormat format = load_chat_format(fixtures() + "/llama3_tokenizer");
+  std::ostringstream log;
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.log = &log;
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 2);
+  EXPECT_EQ(r.chat_format, "llama3");
+  Shard s(dir + "/out/train-00000.bin");
+  ASSERT_TRUE(s.has_loss_mask());
+  ASSERT_EQ(s.num_documents(), 2);
+  std::vector<int32_t> tokens(s.num_tokens());
+  s.read_tokens(0, s.num_tokens(), tokens.data());
+  const auto mask = s.loss_mask();
+  std::vector<int32_t> expected_tokens;
+  std::vector<uint8_t> expected_mask;
+  std::istringstream lines(kChatLines);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty()) continue;
+    const auto msgs = chat_messages_from_json(nlohmann::json::parse(line)["messages"]);
+    const TokenizedChat t = tokenize_chat(format, tok, msgs, false);
+    EXPECT_EQ(s.document_starts()[expected_tokens.empty() ? 0 : 1], expected_tokens.size());
+    expected_tokens.insert(expected_tokens.end(), t.tokens.begin(), t.tokens.end());
+    expected_mask.insert(expected_mask.end(), t.loss_mask.begin(), t.loss_mask.end());
+  }
+  EXPECT_EQ(tokens, expected_tokens);
+  EXPECT_EQ(std::vector<uint8_t>(mask.begin(), mask.end()), expected_mask);
+  EXPECT_EQ(r.trained_tokens, std::count(expected_mask.begin(), expected_mask.end(), 1));
+  EXPECT_NE(log.str().find("masked fraction"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("truncated 0, dropped 0"), std::string::npos) << log.str();
+  std::ifstream meta_in(dir + "/out/meta.json");
+  const auto meta = nlohmann::json::parse(meta_in);
+  EXPECT_EQ(meta.at("chat_format"), "llama3");
+  EXPECT_EQ(meta.at("loss_mask"), true);
+
+  o.train_on_inputs = true;
+  const PrepareReport all = prepare_dataset(o, tok);
+  EXPECT_EQ(all.trained_tokens, all.num_tokens);
+}
+
+TEST(PrepareChat, AlpacaAndOverflow) {
+  const std::string dir = test::temp_dir("prepare_alpaca");
+  write_file(dir + "/a.jsonl",
+             R"({"instruction": "Give a synonym for quick.", "input": "", "output": "Fast."})"
+             "\n"
+             R"({"instruction": "Summarise the text.", "input": "Cats sleep a lot. They also purr and purr and purr.", "output": "Cats sleep and purr."})"
+             "\n");
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o = chat_options(dir, dir + "/a.jsonl");
+  o.format = PrepareFormat::alpaca;
+  const PrepareReport full = prepare_dataset(o, tok);
+  ASSERT_EQ(full.num_documents, 2);
+  Shard s(dir + "/out/train-00000.bin");
+  const int64_t first_len = static_cast<int64_t>(s.document_starts()[1]);
+  const int64_t second_len = s.num_tokens() - first_len;
+  ASSERT_GT(second_len, first_len);
+  o.max_seq_len = second_len - 2;  // the second sample is too long: cut inside its answer
+  const PrepareReport truncated = prepare_dataset(o, tok);
+  EXPECT_EQ(truncated.truncated, 1);
+  EXPECT_EQ(truncated.num_tokens, first_len + second_len - 2);
+  EXPECT_EQ(truncated.trained_tokens, full.trained_tokens - 2);
+  o.overflow = OverflowPolicy::drop;
+  const PrepareReport dropped = prepare_dataset(o, tok);
+  EXPECT_EQ(dropped.dropped, 1);
+  EXPECT_EQ(dropped.num_documents, 1);
+  o.max_seq_len = 8;  // truncated before the answer: no trained token left, dropped
+  o.overflow = OverflowPolicy::truncate;
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("2 documents dropped"), std::string::npos) << msg;
+}
+
+TEST(PrepareChat, BadInputNamesFileLineAndProblem) {
+  const std::string dir = test::temp_dir("prepare_chat_bad");
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  const std::string good =
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})";
+  auto expect_error = [&](const std::string& name, const std::string& text,
+                          std::vector<std::string> parts) {
+    const std::string file = dir + "/" + name;
+    write_file(file, text);
+    PrepareOptions o = chat_options(dir, file);
+    const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg;
+    return file;
+  };
+  // Unknown role, named with FILE:LINE; skipped and counted with skip_invalid_json.
+  const std::string role_file = expect_error(
+      "role.jsonl",
+      good + "\n" +
+          R"({"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "x"}]})" +
+          "\n",
+      {"role.jsonl:2", "unknown role \"tool\""});
+  PrepareOptions o = chat_options(dir, role_file);
+  o.skip_invalid_json = true;
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.skipped_json_lines, 1);
+  EXPECT_EQ(r.num_documents, 1);
+  // Missing fields.
+  expect_error("nomsg.jsonl", good + "\n{\"conversation\": []}\n", {"nomsg.jsonl:2", "\"messages\""});
+  expect_error("nocontent.jsonl", R"({"messages": [{"role": "user"}]})" "\n",
+               {"nocontent.jsonl:1", "no \"content\""});
+  // Malformed JSON and invalid UTF-8.
+  expect_error("broken.jsonl", good + "\n{\"messages\": [\n", {"broken.jsonl:2", "invalid JSON"});
+  expect_error("utf8.jsonl",
+               std::string(R"({"messages": [{"role": "user", "content": "caf)") + "\xff" +
+                   R"("}, {"role": "assistant", "content": "x"}]})" + "\n",
+               {"utf8.jsonl:1", "invalid UTF-8"});
+  // Empty files.
+  expect_error("empty.jsonl", "", {"empty.jsonl", "is empty"});
+  expect_error("blank.jsonl", "\n  \n", {"blank.jsonl", "no JSONL records"});
+  // The byte tokenizer has no chat special tokens; an unknown template names the formats.
+  write_file(dir + "/ok.jsonl", good + "\n");
+  ByteTokenizer bytes;
+  std::string msg = error_of([&] { prepare_dataset(chat_options(dir, dir + "/ok.jsonl"), bytes); });
+  EXPECT_NE(msg.find("tokenizer.json"), std::string::npos) << msg;
+  write_file(dir + "/tmpl/tokenizer_config.json", R"({"chat_template": "{{ messages }}"})");
+  o = chat_options(dir, dir + "/ok.jsonl");
+  o.chat_template = dir + "/tmpl";
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("llama3"), std::string::npos) << msg;
+}
+
+TEST(PrepareChat, TextWithBpeTokenizerNamesInvalidUtf8Line) {
+  const std::string dir = test::temp_dir("prepare_text_utf8");
+  write_file(dir + "/in.txt", "first doc\n%\nsecond\nhas \xc3( bad\n");
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o;
+  o.inputs = {dir + "/in.txt"};
+  o.output_dir = dir + "/out";
+  o.doc_separator = "%";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("in.txt:3"), std::string::npos) << msg;  // the document starting at line 3
+  EXPECT_NE(msg.find("UTF-8"), std::string::npos) << msg;
 }
