@@ -49,7 +49,6 @@ struct Transformer::Activations {
   Tensor lnf, rstdf;                                  // (N,C), (N)
   Tensor logits;                                      // (chunk,V), reused per chunk; dlogits in place
   Tensor losses;                                      // (N)
-  Tensor proj_out;                                    // (N,C) o_proj / down_proj output before the add
   // backward scratch
   Tensor dresidual, dnormed;                          // (N,C)
   Tensor dqkv, dqkv_raw;                              // (N,Htot,D)
@@ -131,7 +130,6 @@ std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
   s.rstdf = a.allocate(stat, {N});
   s.logits = a.allocate(act, {std::min(chunk, N), c.vocab_size});
   s.losses = a.allocate(stat, {N});
-  s.proj_out = a.allocate(act, {N, C});
   s.dresidual = a.allocate(act, {N, C});
   s.dnormed = a.allocate(act, {N, C});
   s.dqkv = a.allocate(act, {N, Htot, D});
@@ -228,16 +226,12 @@ void Transformer::forward() {
     const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
     const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
     ops::attention_forward(ctx_, attn4, L.lse, qkv4, segments, Hq, Hkv, scale);
-    ops::linear_forward(ctx_, s.proj_out, L.attn, p.o, Tensor());
-    ops::copy(ctx_, x_mid, x);
-    ops::add_inplace(ctx_, x_mid, s.proj_out);
+    ops::linear_forward(ctx_, x_mid, L.attn, p.o, Tensor(), x);
     // MLP half: x_out = x_mid + down(swiglu(gate_up(rmsnorm(x_mid))))
     ops::rmsnorm_forward(ctx_, L.ln2, L.rstd2, x_mid, p.post_norm, c.rms_norm_eps);
     ops::linear_forward(ctx_, L.gate_up, L.ln2, p.gate_up, Tensor());
     ops::swiglu_forward(ctx_, L.hidden, L.gate_up);
-    ops::linear_forward(ctx_, s.proj_out, L.hidden, p.down, Tensor());
-    ops::copy(ctx_, x_out, x_mid);
-    ops::add_inplace(ctx_, x_out, s.proj_out);
+    ops::linear_forward(ctx_, x_out, L.hidden, p.down, Tensor(), x_mid);
   }
   ops::rmsnorm_forward(ctx_, s.lnf, s.rstdf, s.residual.back(), params_.final_norm, c.rms_norm_eps);
 }

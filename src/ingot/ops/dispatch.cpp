@@ -78,8 +78,8 @@ void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weig
   INGOT_DISPATCH(qk_norm_backward, ctx, din, dq_weight, dk_weight, dout, in, q_weight, k_weight, rstd, n_q_heads, n_kv_heads);
 }
 
-void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias) {
-  INGOT_DISPATCH_FLOPS(linear_forward, 2.0 * in.numel() * weight.dim(0), ctx, out, in, weight, bias);
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias, Tensor residual) {
+  INGOT_DISPATCH_FLOPS(linear_forward, 2.0 * in.numel() * weight.dim(0), ctx, out, in, weight, bias, residual);
 }
 
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,

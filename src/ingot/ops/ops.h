@@ -57,8 +57,11 @@ void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weig
                       int n_kv_heads);
 
 // ---- linear -------------------------------------------------------------------------------------
-// out (N,O) = in (N,I) @ weight (O,I)^T + bias (O, optional). Weight layout is Hugging Face's.
-void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias);
+// out (N,O) = in (N,I) @ weight (O,I)^T + bias (O, optional) + residual (N,O, optional; may alias
+// out). Weight layout is Hugging Face's. The residual add rides in the GEMM (cuBLASLt's C input),
+// saving the separate copy and add of a residual connection.
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias,
+                    Tensor residual = Tensor());
 // din (N,I) = dout @ weight (overwrite; optional); dweight (O,I) += dout^T @ in;
 // dbias (O) += column sums of dout (optional).
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,

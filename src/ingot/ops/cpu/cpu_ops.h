@@ -20,7 +20,8 @@ void qk_norm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor q_
 void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weight, Tensor dout,
                       Tensor in, Tensor q_weight, Tensor k_weight, Tensor rstd, int n_q_heads,
                       int n_kv_heads);
-void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias);
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias,
+                    Tensor residual = Tensor());
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
                      Tensor in, Tensor weight);
 void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads);

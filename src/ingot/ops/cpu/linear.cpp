@@ -24,8 +24,8 @@ LinearShape linear_shape(const char* op, const Tensor& in, const Tensor& weight)
 
 }  // namespace
 
-// out (N,O) = in (N,I) @ weight (O,I)^T + bias (O)
-void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias) {
+// out (N,O) = in (N,I) @ weight (O,I)^T + bias (O) + residual (N,O)
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias, Tensor residual) {
   constexpr const char* op = "linear_forward";
   detail::dispatch_float(op, in.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -35,9 +35,15 @@ void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor b
     const auto [N, I, O] = linear_shape(op, in, weight);
     INGOT_CHECK(out.dim(-1) == O && out.numel() == N * O, op, ": out ", out.shape_string(),
                 " is not (", N, ",", O, ")");
-    // B (I,O) = weight^T: row stride 1, column stride I.
+    if (residual.present()) {
+      detail::check_tensor(op, "residual", residual, in.dtype);
+      detail::check_numel(op, "residual", residual, N * O);
+      if (residual.data != out.data)
+        std::copy(residual.ptr<T>(), residual.ptr<T>() + N * O, out.ptr<T>());
+    }
+    // B (I,O) = weight^T: row stride 1, column stride I. With a residual, out already holds it.
     matmul<T>(ctx.num_threads, N, O, I, in.ptr<T>(), I, 1, weight.ptr<T>(), 1, I, out.ptr<T>(), O,
-              false);
+              residual.present());
     if (bias.present()) {
       detail::check_tensor(op, "bias", bias, in.dtype);
       detail::check_numel(op, "bias", bias, O);

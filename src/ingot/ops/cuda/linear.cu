@@ -29,7 +29,7 @@ __global__ void linear_dbias_partial_kernel(float* partial, const T* dout, int64
 
 }  // namespace
 
-void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias) {
+void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias, Tensor residual) {
   constexpr const char* op = "linear_forward";
   CudaState& state = state_of(ctx, op);
   check_tensor(out, op, "out");
@@ -56,6 +56,13 @@ void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor b
   g.c = out.data; g.ldc = O; g.c_type = out.dtype;
   g.alpha = 1.f; g.beta = 0.f;
   g.bias = bias.present() ? bias.data : nullptr;
+  if (residual.present()) {
+    check_tensor(residual, op, "residual");
+    check_dtype(residual, out.dtype, op, "residual");
+    check_numel(residual, N * O, op, "residual");
+    g.c_in = residual.data;
+    g.beta = 1.f;
+  }
   matmul(state, g, op);
 }
 

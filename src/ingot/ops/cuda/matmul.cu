@@ -1,4 +1,5 @@
 // cuBLASLt GEMM with cached plans (see matmul.h). bf16/f16/f32 operands, f32 compute and scale.
+#include <algorithm>
 #include "ingot/ops/cuda/matmul.h"
 
 namespace ingot::cuda {
@@ -51,7 +52,7 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
   {
     const uint64_t ws = static_cast<uint64_t>(state.workspace_bytes);
     const uint32_t align_a = uint32_t(alignment(x.a)), align_b = uint32_t(alignment(x.b)),
-                   align_c = uint32_t(alignment(x.c));
+                   align_c = uint32_t(std::min(alignment(x.c), x.c_in ? alignment(x.c_in) : alignment(x.c)));
     status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     if (status == CUBLAS_STATUS_SUCCESS)
       status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a));
@@ -92,7 +93,7 @@ void matmul(CudaState& state, const MatmulArgs& x, const char* op) {
   const MatmulKey key{int64_t(x.trans_a), int64_t(x.trans_b), x.m, x.n, x.k, x.lda, x.ldb, x.ldc,
                       int64_t(x.a_type), int64_t(x.b_type), int64_t(x.c_type),
                       int64_t(x.bias != nullptr), alignment(x.a), alignment(x.b), alignment(x.c),
-                      0};
+                      x.c_in ? int64_t(alignment(x.c_in)) : 0};
   auto it = state.matmul_plans.find(key);
   if (it == state.matmul_plans.end()) it = state.matmul_plans.emplace(key, create_plan(state, x, op)).first;
   MatmulPlan& plan = it->second;
@@ -104,7 +105,7 @@ void matmul(CudaState& state, const MatmulArgs& x, const char* op) {
                                                       &bias, sizeof(bias)));
   }
   INGOT_CUBLAS_CHECK(cublasLtMatmul(state.cublaslt, plan.desc, &x.alpha, x.a, plan.a, x.b, plan.b,
-                                    &x.beta, x.c, plan.c, x.c, plan.c, &plan.algo, state.workspace,
+                                    &x.beta, x.c_in ? x.c_in : x.c, plan.c, x.c, plan.c, &plan.algo, state.workspace,
                                     static_cast<size_t>(state.workspace_bytes), state.stream));
 }
 

@@ -13,6 +13,7 @@ struct MatmulArgs {
   const void* a = nullptr;  int64_t lda = 0; DType a_type = DType::bf16;
   const void* b = nullptr;  int64_t ldb = 0; DType b_type = DType::bf16;
   void* c = nullptr;        int64_t ldc = 0; DType c_type = DType::bf16;
+  const void* c_in = nullptr;  // when set, read as C (same layout as c) and c only written (D)
   float alpha = 1.f, beta = 0.f;
   const void* bias = nullptr;  // (m), dtype c_type; nullptr: no bias epilogue
 };
