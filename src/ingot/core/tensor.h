@@ -55,8 +55,12 @@ struct Tensor {
   }
   std::string shape_string() const {
     std::string s = "(";
-    for (int i = 0; i < ndim; ++i) s += (i ? "," : "") + std::to_string(shape[i]);
-    return s + ")";
+    for (int i = 0; i < ndim; ++i) {
+      if (i) s += ',';
+      s += std::to_string(shape[i]);
+    }
+    s += ')';
+    return s;
   }
 };
 
