@@ -281,6 +281,29 @@ TEST(Packing, TooFewDocumentsIsAnError) {
   EXPECT_NE(msg.find("1 documents"), std::string::npos) << msg;
 }
 
+TEST(Packing, AutoModeFollowsTheLossMaskAndMaskCanBeIgnored) {
+  const std::string dir = test::temp_dir("packing_auto");
+  const Corpus masked = make_corpus(20, 10, 3, true), plain = make_corpus(20, 10, 3, false);
+  write_shard(dir + "/masked.bin", masked.shard);
+  write_shard(dir + "/plain.bin", plain.shard);
+  EXPECT_EQ(resolve_packing_mode("auto", {dir + "/masked.bin"}), PackingMode::packed);
+  EXPECT_EQ(resolve_packing_mode("auto", {dir + "/plain.bin"}), PackingMode::stream);
+  EXPECT_EQ(resolve_packing_mode("padded", {dir + "/plain.bin"}), PackingMode::padded);
+  const std::string msg = error_of([&] { resolve_packing_mode("yes", {dir + "/plain.bin"}); });
+  EXPECT_NE(msg.find("auto, stream, packed, padded"), std::string::npos) << msg;
+
+  // use_loss_mask = false (train_on_inputs at load time): every in-document target trains.
+  DataLoaderConfig c = loader_config(dir + "/masked.bin", 8, PackingMode::packed, 0, 0.0);
+  c.use_loss_mask = false;
+  DataLoader loader(c);
+  const int64_t rows = loader.train_plan(0).num_rows();
+  Rows r(rows, 8);
+  loader.next_batch(rows, r.buffers());
+  int64_t trained = 0;
+  for (int32_t t : r.targets) trained += t != kIgnoreIndex;
+  EXPECT_EQ(trained, static_cast<int64_t>(masked.shard.tokens.size()) - 20);
+}
+
 // ---------------------------------------------------------------- equivalence with the model
 
 namespace {

@@ -65,8 +65,20 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
   return files;
 }
 
+PackingMode resolve_packing_mode(const std::string& name, const std::vector<std::string>& paths) {
+  if (name != "auto") {
+    INGOT_CHECK(name == "stream" || name == "packed" || name == "padded", "data: packing \"", name,
+                "\" is not one of auto, stream, packed, padded");
+    return parse_packing_mode(name);
+  }
+  for (const std::string& file : resolve_shard_paths(paths))
+    if (Shard(file).has_loss_mask()) return PackingMode::packed;
+  return PackingMode::stream;
+}
+
 DataLoader::DataLoader(const DataLoaderConfig& config)
-    : seq_len_(config.seq_len), seed_(config.seed), mode_(config.packing) {
+    : use_loss_mask_(config.use_loss_mask), seq_len_(config.seq_len), seed_(config.seed),
+      mode_(config.packing) {
   INGOT_CHECK(config.seq_len > 0, "data: seq_len must be positive, got ", config.seq_len);
   INGOT_CHECK(config.vocab_size > 0, "data: vocab_size must be positive, got ", config.vocab_size);
   INGOT_CHECK(config.val_fraction >= 0 && config.val_fraction < 1,
@@ -90,7 +102,7 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
       INGOT_CHECK(mask[i] <= 1, "data: shard ", file, ": loss mask value ", int(mask[i]),
                   " at token index ", i, " is not 0 or 1");
     if (shard.num_tokens() == 0) continue;
-    any_loss_mask_ = any_loss_mask_ || shard.has_loss_mask();
+    any_loss_mask_ = any_loss_mask_ || (use_loss_mask_ && shard.has_loss_mask());
     num_tokens_ += shard.num_tokens();
     shard_begin_.push_back(num_tokens_);
     shards_.push_back(std::move(shard));
@@ -189,7 +201,7 @@ void DataLoader::gather(int64_t start, int64_t count, int32_t* tokens, uint8_t* 
     const int64_t n = std::min(count, shard.num_tokens() - local);
     shard.read_tokens(local, n, tokens);
     if (mask) {
-      if (shard.has_loss_mask())
+      if (use_loss_mask_ && shard.has_loss_mask())
         std::copy_n(shard.loss_mask().data() + local, n, mask);
       else
         std::fill_n(mask, n, uint8_t{1});

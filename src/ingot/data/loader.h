@@ -48,7 +48,12 @@ struct DataLoaderConfig {
   double val_fraction = 0.05;      // share of windows held out for validation, in [0, 1)
   uint64_t seed = 0;               // shuffling seed; epoch e uses seed + e
   PackingMode packing = PackingMode::stream;
+  bool use_loss_mask = true;       // false: train on every target (train_on_inputs at load time)
 };
+
+// The mode for a config value: "stream" | "packed" | "padded", or "auto": packed when any of the
+// shards (path specs as in DataLoaderConfig::paths) has a loss mask (SFT data), else stream.
+PackingMode resolve_packing_mode(const std::string& name, const std::vector<std::string>& paths);
 
 // Host buffers for one batch, each (B, T) int32 row-major. positions and segment_ids may be null
 // when the caller does not want them.
@@ -148,6 +153,7 @@ class DataLoader {
   std::vector<Shard> shards_;         // non-empty shards, in stream order
   std::vector<int64_t> shard_begin_;  // (num_shards + 1,) stream offset of each shard's token 0
   bool any_loss_mask_ = false;
+  bool use_loss_mask_ = true;
   int64_t seq_len_, num_tokens_ = 0, num_train_ = 0, num_val_ = 0, val_begin_ = 0;
   uint64_t seed_;
   DataCursor cursor_;
