@@ -14,10 +14,12 @@ echo "build: $(( $(date +%s) - t0 )) s"
 export CUDNN_LOGERR_DBG=1 CUDNN_LOGDEST_DBG="$out/cudnn_err.log"
 ./build/tests/ingot_cuda_tests --gtest_filter='*Attention*' >"$out/tests.log" 2>&1
 echo "tests rc=$?"
-grep -E "^\[  (FAILED|PASSED|  OK|SKIPPED) |rel err|bitwise|ingot: cuDNN|Failure|error" "$out/tests.log" | head -80
-head -c 3000 "$out/cudnn_err.log" 2>/dev/null
+grep -E "^\[  (FAILED|PASSED|  OK|SKIPPED) |bitwise|ingot: cuDNN|Failure|error" "$out/tests.log" | head -40
+# worst relative error per checked quantity
+grep "rel err" "$out/tests.log" | sed -E 's/ +rel err / /' | awk '{e=$NF; $NF=""; if (!(($0) in w) || e+0 > w[$0]+0) w[$0]=e} END {for (k in w) printf "  worst %-50s %s\n", k, w[k]}' | sort
+head -c 1500 "$out/cudnn_err.log" 2>/dev/null
 INGOT_CUDA_PERF=1 timeout 200 ./build/tests/ingot_cuda_tests --gtest_filter='CudaAttention.Perf' >"$out/perf.log" 2>&1
 echo "perf rc=$?"
-grep -E "ingot: cuDNN|error|Failure" "$out/perf.log" | head
+grep -E "ingot: cuDNN|error|Failure|bitwise" "$out/perf.log" | head -20
 echo "total: $(( $(date +%s) - t0 )) s"
 sed -n '/attention perf on/,$p' "$out/perf.log"

@@ -279,6 +279,42 @@ TEST_F(CudaAttention, CudnnDeterministicBackwardIsBitwise) {
   }
 }
 
+TEST_F(CudaAttention, CudnnInsideCudaGraph) {
+  // The trainer captures whole steps: the cuDNN plans (built eagerly first) must replay in a graph.
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  const int64_t B = 2, T = 256, Hq = 8, Hkv = 2, D = 128, Htot = Hq + 2 * Hkv;
+  Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
+  write(qkv, randn_bf16(B * T * Htot * D, 31));
+  write(dout, randn_bf16(B * T * Hq * D, 32));
+  Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+  Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+  for (const char* variant : {"cudnn-deterministic", "cudnn"}) {
+    ScopedMode mode(std::strcmp(variant, "cudnn") == 0 ? nullptr : variant);
+    auto step = [&] {
+      ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.088);
+      ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.088);
+    };
+    step();  // eager: builds the plans and sizes the scratch
+    const auto eager_out = read_bytes(out), eager_lse = read_bytes(lse), eager_dqkv = read_bytes(dqkv);
+    const Floats eager_dqkv_values = read(dqkv);
+    poison(out);
+    poison(lse);
+    poison(dqkv);
+    cuda::begin_capture(state_);
+    step();
+    cuda::end_capture_and_instantiate(state_);
+    cuda::replay(state_);
+    cuda::synchronize(state_);
+    EXPECT_STREQ(cuda::attention_last_path(), variant);
+    EXPECT_TRUE(read_bytes(out) == eager_out) << variant;
+    EXPECT_TRUE(read_bytes(lse) == eager_lse) << variant;
+    const bool same = read_bytes(dqkv) == eager_dqkv;
+    std::printf("  graph replay, %-20s dqkv bitwise equal to eager: %s\n", variant, same ? "yes" : "no");
+    if (std::strcmp(variant, "cudnn-deterministic") == 0) EXPECT_TRUE(same);
+    EXPECT_TRUE(close(read(dqkv), eager_dqkv_values, kTolBf16, std::string("graph replay dqkv vs eager (") + variant + ")"));
+  }
+}
+
 // ---- perf mode --------------------------------------------------------------------------------
 
 TEST_F(CudaAttention, Perf) {
@@ -326,6 +362,13 @@ TEST_F(CudaAttention, Perf) {
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
       const std::string bwd_path = cuda::attention_last_path();
+      if (!slow) {  // is this backward bitwise reproducible at this size?
+        ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+        const auto first = read_bytes(dqkv);
+        ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+        std::printf("  %s %s backward twice bitwise identical: %s\n", s.model, mode,
+                    read_bytes(dqkv) == first ? "yes" : "no");
+      }
       char row[256];
       std::snprintf(row, sizeof(row), "| %-13s | %2ld/%ld/%3ld | %-19s | %8.3f | %6.1f | %8.3f | %6.1f |",
                     s.model, long(s.Hq), long(s.Hkv), long(s.D), (fwd_path + "/" + bwd_path).c_str(), f,

@@ -94,7 +94,8 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(cudnnHandle_t handle) : handle_(handle) {}
   ~GraphBuilder() {
-    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
+    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it)
+      if (*it) cudnnBackendDestroyDescriptor(*it);
   }
   GraphBuilder(const GraphBuilder&) = delete;
   GraphBuilder& operator=(const GraphBuilder&) = delete;
