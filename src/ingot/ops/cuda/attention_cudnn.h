@@ -7,17 +7,18 @@
 // D <= 128, and every pointer is 16-byte aligned; otherwise the CUDA-core kernels. A graph that
 // cuDNN rejects (no engine for the shape) is remembered and that shape falls back too, with one
 // line on stderr.
-//   INGOT_ATTENTION=kernels             the CUDA-core kernels always (A/B tests)
-//   INGOT_ATTENTION=cudnn-deterministic cuDNN, backward without atomics (dQ from a dP workspace)
-//   anything else / unset              cuDNN, backward with an f32 dQ accumulator (atomics: the
-//                                       fast path, not bitwise reproducible)
+//   INGOT_ATTENTION=kernels     the CUDA-core kernels always (A/B tests)
+//   INGOT_ATTENTION=cudnn-fast  cuDNN, backward accumulating dQ in f32 with atomics: 5-20% faster
+//                               backward, not bitwise reproducible
+//   anything else / unset       cuDNN, deterministic backward (dQ without atomics): the default,
+//                               since a step repeated from the same state must be bitwise identical
 #pragma once
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
 
 namespace ingot::cuda {
 
-// "cudnn", "cudnn-deterministic" or "kernels": the path the last attention call on this thread
+// "cudnn", "cudnn-fast" (backward only) or "kernels": the path the last attention call on this thread
 // took ("none" before any call).
 const char* attention_last_path();
 void attention_set_last_path(const char* path);
