@@ -90,8 +90,15 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   return 0;
 }
 
-int command_prepare(data::PrepareOptions options, const std::string& tokenizer_path) {
+int command_prepare(data::PrepareOptions options, const std::string& tokenizer_path, const std::string& format,
+                    const std::string& overflow) {
   options.log = &std::cout;
+  options.progress_tty = ::isatty(STDOUT_FILENO);
+  options.format = data::parse_prepare_format(format);
+  options.overflow = data::parse_overflow_policy(overflow);
+  if (options.format != data::PrepareFormat::text && options.chat_template.empty() && !tokenizer_path.empty() &&
+      tokenizer_path != "byte")  // the template sits next to tokenizer.json
+    options.chat_template = fs::is_directory(tokenizer_path) ? tokenizer_path : fs::path(tokenizer_path).parent_path().string();
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (tokenizer_path.empty() || tokenizer_path == "byte") tokenizer = std::make_unique<data::ByteTokenizer>();
   else tokenizer = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tokenizer_path));
@@ -134,6 +141,14 @@ int main(int argc, char** argv) {
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
+  std::string prep_format = "text", prep_overflow = "truncate";
+  prepare->add_option("--format", prep_format, "text (default), chat (JSONL messages) or alpaca (JSONL instruction/input/output)");
+  prepare->add_option("--chat-template", prep.chat_template, "chat/alpaca: tokenizer_config.json holding the chat template (default: next to --tokenizer)");
+  prepare->add_option("--messages-field", prep.messages_field, "chat: the JSONL field holding the messages (default: messages)");
+  prepare->add_flag("--train-on-inputs", prep.train_on_inputs, "chat/alpaca: loss on every token, not only the assistant's");
+  prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)");
+  prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len");
+  prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)");
 
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
@@ -190,7 +205,7 @@ int main(int argc, char** argv) {
       if (config_path.empty()) fail("train: a CONFIG.yaml is required");
       return command_train(config_path, overrides, resume, overwrite);
     }
-    if (*prepare) return command_prepare(prep, tokenizer_path);
+    if (*prepare) return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
     if (*generate) {
       generate_text(gen, &std::cout);
       return 0;

@@ -22,6 +22,8 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"train_data", "[]", "token shards: files, directories or globs (string or list)"},
       {"val_fraction", "0.05", "share of sequences held out for validation"},
       {"sequence_len", "256", "tokens per training sequence"},
+      {"packing", "auto", "auto (packed for shards with a loss mask, else stream), stream, packed or padded"},
+      {"train_on_inputs", "false", "ignore the shards' loss mask and train on every token"},
       {"micro_batch_size", "8", "sequences per forward/backward pass"},
       {"gradient_accumulation_steps", "1", "micro-batches per optimizer step"},
       {"max_steps", "1000", "optimizer steps to train"},
@@ -166,6 +168,8 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   }};
   real("val_fraction", &TrainConfig::val_fraction, 0.0);
   integer("sequence_len", &TrainConfig::sequence_len, 1);
+  str("packing", &TrainConfig::packing);
+  boolean("train_on_inputs", &TrainConfig::train_on_inputs);
   integer("micro_batch_size", &TrainConfig::micro_batch_size, 1);
   integer("gradient_accumulation_steps", &TrainConfig::gradient_accumulation_steps, 1);
   integer("max_steps", &TrainConfig::max_steps, 1);
@@ -218,6 +222,8 @@ void validate(const TrainConfig& c) {
   if (c.train_data.empty()) fail(src, ": \"train_data\" is required (token shards made by `ingot prepare`)");
   if (c.val_fraction >= 1.0) fail(src, ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
   validate_lr_schedule_type(c.lr_scheduler_type);
+  if (c.packing != "auto" && c.packing != "stream" && c.packing != "packed" && c.packing != "padded")
+    fail(src, ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
     fail(src, ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")

@@ -19,6 +19,8 @@ struct TrainConfig {
   std::vector<std::string> train_data;  // shard files, directories or globs
   double val_fraction = 0.05;
   int64_t sequence_len = 256;
+  std::string packing = "auto";      // auto | stream | packed | padded (data/packing.h)
+  bool train_on_inputs = false;      // ignore the shards' loss mask: loss on every token
   // batch and length
   int64_t micro_batch_size = 8;
   int64_t gradient_accumulation_steps = 1;

@@ -116,7 +116,11 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   data_config.vocab_size = model_config.vocab_size;
   data_config.val_fraction = c.val_fraction;
   data_config.seed = c.seed;
+  data_config.packing = data::resolve_packing_mode(c.packing, c.train_data);
+  data_config.use_loss_mask = !c.train_on_inputs;
   data::DataLoader loader(data_config);
+  // Packed / padded rows hold several documents: attention must stay inside each one.
+  const bool by_document = loader.packing() != data::PackingMode::stream;
 
   prepare_output_dir(c, options);
 
@@ -191,6 +195,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     hb.input_ids = inputs.data() + micro * rows;
     hb.targets = targets.data() + micro * rows;
     hb.positions = positions.data() + micro * rows;
+    hb.segment_ids = by_document ? segments.data() + micro * rows : nullptr;
     return hb;
   };
 
