@@ -1,6 +1,7 @@
 #include "ingot/model/transformer.h"
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "ingot/core/error.h"
@@ -159,32 +160,32 @@ Transformer::MemoryUse Transformer::estimate_memory(const ModelConfig& config, c
 }
 
 void Transformer::init_random(uint64_t seed) {
+  // Each value is a pure function of (seed, parameter index, element index), so the result does not
+  // depend on the thread count; written straight into a host buffer of the parameter dtype.
   const int64_t P = total_numel(entries_);
-  std::vector<float> host(static_cast<size_t>(P), 0.0f);
-  std::vector<double> host64;
-  const bool f64 = recipe_.param == DType::f64;
-  if (f64) host64.assign(static_cast<size_t>(P), 0.0);
+  const DType dtype = recipe_.param;
+  std::vector<char> host(static_cast<size_t>(P * dtype_size(dtype)), 0);
   for (size_t i = 0; i < entries_.size(); ++i) {
     const ParamEntry& e = entries_[i];
+    const double std = config_.initializer_range;
+#pragma omp parallel for num_threads(ctx_.num_threads) schedule(static)
     for (int64_t j = 0; j < e.numel; ++j) {
       double v = 0.0;
       if (e.init == ParamInit::ones) v = 1.0;
-      else if (e.init == ParamInit::normal) v = config_.initializer_range * normal01(seed, i, static_cast<uint64_t>(j));
-      if (f64) host64[e.offset + j] = v;
-      else host[e.offset + j] = static_cast<float>(v);
+      else if (e.init == ParamInit::normal) v = std * normal01(seed, i, static_cast<uint64_t>(j));
+      char* dst = host.data() + (e.offset + j) * dtype_size(dtype);
+      if (dtype == DType::f64) {
+        std::memcpy(dst, &v, 8);
+      } else if (dtype == DType::f32) {
+        const float f = static_cast<float>(v);
+        std::memcpy(dst, &f, 4);
+      } else {
+        const uint16_t h = f32_to_bf16(static_cast<float>(v));
+        std::memcpy(dst, &h, 2);
+      }
     }
   }
-  if (f64) {
-    copy_from_host(ctx_, weights_, host64.data());
-    return;
-  }
-  if (recipe_.param == DType::f32) {
-    copy_from_host(ctx_, weights_, host.data());
-    return;
-  }
-  std::vector<uint16_t> host16(host.size());
-  for (size_t i = 0; i < host.size(); ++i) host16[i] = f32_to_bf16(host[i]);
-  copy_from_host(ctx_, weights_, host16.data());
+  copy_from_host(ctx_, weights_, host.data());
 }
 
 void Transformer::load_batch(const HostBatch& batch, int64_t tokens) {
