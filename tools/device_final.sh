@@ -6,14 +6,14 @@ set -uo pipefail
 out=${OUT:-/tmp/ingot-out}; mkdir -p "$out"
 budget=${1:-380}
 t0=$(date +%s)
-cmake -S . -B build -G Ninja -DINGOT_CUDA=ON -DCMAKE_PREFIX_PATH=$PWD/.device-deps/usr >"$out/build.log" 2>&1 &&
-  cmake --build build -j16 >>"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+cmake -S . -B build -G Ninja -DINGOT_CUDA=ON -DCMAKE_PREFIX_PATH=$PWD/.device-deps/usr >/tmp/build.log 2>&1 &&
+  cmake --build build -j16 >>/tmp/build.log 2>&1 || { grep -E "error|FAILED" /tmp/build.log | head -30; exit 1; }
 (cd build && ctest -L cuda --output-on-failure >"$out/ctest_cuda.log" 2>&1)
 echo "ctest -L cuda: $(grep 'tests passed' "$out/ctest_cuda.log")"; grep -E "\*\*\*Failed" "$out/ctest_cuda.log"
 if [ -d runs/demo-data ]; then
   for dev in cuda cpu; do
     build/ingot train examples/demo.yaml --overwrite --set device=$dev --set output_dir=runs/check-$dev \
-      --set logging_steps=1 --set eval_steps=0 --set save_steps=0 --set num_threads=16 >"$out/train_$dev.log" 2>&1
+      --set logging_steps=1 --set eval_steps=0 --set save_steps=0 --set num_threads=16 >/tmp/train_$dev.log 2>&1
     cp runs/check-$dev/metrics.jsonl "$out/metrics_$dev.jsonl" 2>/dev/null
   done
   build/ingot train examples/demo.yaml --overwrite --set device=cuda --set output_dir=runs/check-cuda2 \
