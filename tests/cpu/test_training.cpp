@@ -232,3 +232,26 @@ TEST_F(Training, MissingOrMismatchedWeights) {
   EXPECT_NE(0, finetune(root + "/truncated"));
   EXPECT_NE(out.find("truncated"), std::string::npos) << out;
 }
+
+// Chat SFT end to end: prepare --format chat with the real Qwen3 tokenizer and template, then train
+// a tiny Qwen3-shaped model on the packed, masked shards.
+TEST_F(Training, ChatSftPackedEndToEnd) {
+  const std::string tokenizer = ingot::test::source_dir() + "/../shared/data/tokenizers/qwen3/tokenizer.json";
+  if (!fs::exists(tokenizer)) GTEST_SKIP() << "../shared/data/tokenizers/qwen3 is absent";
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i)
+    jsonl += "{\"messages\": [{\"role\": \"user\", \"content\": \"What is " + std::to_string(i) + " plus " +
+             std::to_string(i) + "?\"}, {\"role\": \"assistant\", \"content\": \"It is " + std::to_string(2 * i) + ".\"}]}\n";
+  write_file(root + "/chats.jsonl", jsonl);
+  std::string out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " + tokenizer +
+                               " -o " + root + "/chat-data", &out)) << out;
+  EXPECT_NE(out.find("masked"), std::string::npos) << out;
+  std::string config = tiny_config(root + "/chat-data", root + "/sft", 3, 0);
+  config.replace(config.find("model_type: llama"), 17, "model_type: qwen3");
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 151936");
+  config.replace(config.find("sequence_len: 16"), 16, "sequence_len: 64");
+  ASSERT_EQ(0, train(config, "sft", "--set eval_steps=0", &out)) << out;
+  EXPECT_NE(out.find("step 3/3"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root + "/sft/checkpoint-3/tokenizer.json"));  // carried along for generation
+}
