@@ -285,8 +285,10 @@ TEST_F(CudaOps, Embedding) {
 // ---- RMSNorm ----------------------------------------------------------------------------------
 
 TEST_F(CudaOps, RmsNorm) {
-  for (int64_t C : {256, 100, 4096}) {
-    const int64_t R = 37;
+  // C = 256, 896, 2048: warp-per-row path (P = 1, 4, 8), R = 4100 loops the persistent grid;
+  // C = 100: scalar block path; C = 4096: vector block path.
+  const std::pair<int64_t, int64_t> shapes[] = {{37, 256}, {37, 100}, {37, 4096}, {37, 896}, {4100, 2048}};
+  for (const auto& [R, C] : shapes) {
     const double eps = 1e-5;
     const Floats x = randn(R * C, 20), w = randn(C, 21, 0.5, 1.0), dout = randn(R * C, 22),
                  din0 = randn(R * C, 23), dw0 = randn(C, 24);
@@ -315,8 +317,11 @@ TEST_F(CudaOps, RmsNorm) {
 // ---- qk-norm ----------------------------------------------------------------------------------
 
 TEST_F(CudaOps, QkNorm) {
-  for (int64_t D : {64, 128, 24}) {
-    const int64_t N = 19, Hq = 4, Hkv = 2, Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
+  // D = 64, 128, 24: 16-byte path with 8, 16, 4 lanes per row; N = 2500 loops the persistent
+  // backward grid; D = 20: scalar fallback.
+  const std::pair<int64_t, int64_t> shapes[] = {{19, 64}, {19, 128}, {19, 24}, {2500, 128}, {19, 20}};
+  for (const auto& [N, D] : shapes) {
+    const int64_t Hq = 4, Hkv = 2, Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
     const double eps = 1e-6;
     const Floats x = randn(N * Htot * D, 30), wq = randn(D, 31, 0.5, 1.0), wk = randn(D, 32, 0.5, 1.0),
                  dout = randn(N * Htot * D, 33), dwq0 = randn(D, 34), dwk0 = randn(D, 35);
@@ -381,8 +386,11 @@ TEST_F(CudaOps, Linear) {
 // ---- rope -------------------------------------------------------------------------------------
 
 TEST_F(CudaOps, Rope) {
-  for (int64_t D : {64, 128}) {
-    const int64_t N = 23, Htot = 8, rotated = 6;
+  // {Htot, rotated heads, D}: head groups of 8 that end early (6, 40 = 5 x 8, 24, 16 heads);
+  // D = 20: scalar fallback (D/2 not a multiple of 8).
+  const int64_t shapes[][3] = {{8, 6, 64}, {8, 6, 128}, {8, 6, 20}, {48, 40, 64}, {32, 24, 128}, {18, 16, 64}};
+  for (const auto& shape_case : shapes) {
+    const int64_t N = 23, Htot = shape_case[0], rotated = shape_case[1], D = shape_case[2];
     const Dims shape{N, Htot, D};
     const Floats x = randn(N * Htot * D, 50);
     const std::vector<int32_t> pos = randint(N, 0, 8192, 51);
@@ -855,6 +863,144 @@ TEST_F(CudaPerf, LlmShapes) {
       ops::adamw_update(gpu, p, g, m, v, master, h);
     }));
     report_bytes("sum_squares bf16 (synchronising)", e * n, time_ms([&] { ops::sum_squares(gpu, g); }));
+  }
+}
+
+// The memory-bound ops at the shapes of the models Ingot trains (N = 16384 tokens, bf16), each
+// timed over several buffer sets in rotation so that repeated runs do not measure the L2 cache.
+// "args-once" counts every tensor argument once (the step-level op timing's metric); "moved" is
+// the fewest bytes the op must move (in-place tensors read and written; rope: rotated heads only).
+// docs/kernel-notes.md keeps the numbers.
+TEST_F(CudaPerf, NormRopeShapes) {
+  struct Model {
+    const char* name;
+    int64_t C, Hq, Hkv, D, F;
+    bool qk_norm;
+  };
+  const Model models[] = {{"Llama-3.2-1B", 2048, 32, 8, 64, 8192, false},
+                          {"Qwen3-0.6B", 1024, 16, 8, 128, 3072, true},
+                          {"Qwen2.5-0.5B", 896, 14, 2, 64, 4864, false}};
+  const int64_t N = 16384;
+  const double e = 2.0;
+  std::printf("Ingot memory-bound ops on %s, N=%ld, bf16 (median of 10 after 3 warm-ups)\n",
+              cuda::device_name().c_str(), long(N));
+  auto report = [](const std::string& name, double args_bytes, double moved_bytes, double ms) {
+    std::printf("  %-40s %8.4f ms %8.1f GB/s args-once %8.1f GB/s moved\n", name.c_str(), ms,
+                args_bytes / (ms * 1e-3) / 1e9, moved_bytes / (ms * 1e-3) / 1e9);
+  };
+  // Buffer sets so that the rotation spans >= 384 MB (several times the 50 MB L2); 2..8 sets.
+  auto sets_for = [](double bytes_per_set) {
+    return int(std::clamp(std::ceil(384e6 / bytes_per_set), 2.0, 8.0));
+  };
+  uint64_t seed = 1000;
+  for (const Model& m : models) {
+    const int64_t C = m.C, Hq = m.Hq, Hkv = m.Hkv, D = m.D, F = m.F, Htot = Hq + 2 * Hkv;
+    const std::string tag = std::string(m.name) + " ";
+    {  // RMSNorm (C)
+      const int K = sets_for(4 * e * N * C);
+      std::vector<Tensor> x, g, din, out, rstd;
+      for (int k = 0; k < K; ++k) {
+        x.push_back(random_device(DType::bf16, {N, C}, ++seed));
+        g.push_back(random_device(DType::bf16, {N, C}, ++seed));
+        din.push_back(random_device(DType::bf16, {N, C}, ++seed));
+        out.push_back(alloc(DType::bf16, {N, C}));
+        rstd.push_back(random_device(DType::f32, {N}, ++seed, 1.0, /*positive=*/true));
+      }
+      Tensor w = upload(randn(C, ++seed, 0.5, 1.0), DType::bf16, {C});
+      Tensor dw = upload(randn(C, ++seed), DType::f32, {C});
+      int i = 0;
+      report(tag + "rmsnorm_forward C=" + std::to_string(C), 2 * e * N * C, 2 * e * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::rmsnorm_forward(gpu, out[k], rstd[k], x[k], w, 1e-5);
+      }));
+      report(tag + "rmsnorm_backward (din acc, f32 dw)", 3 * e * N * C, 4 * e * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::rmsnorm_backward(gpu, din[k], dw, g[k], x[k], w, rstd[k]);
+      }));
+    }
+    {  // RoPE over packed qkv, and Qwen3's qk-norm
+      const double qkv_bytes = e * N * Htot * D, rotated_bytes = e * N * (Hq + Hkv) * D;
+      const int K = sets_for(3 * qkv_bytes);
+      std::vector<Tensor> qkv, dqkv, din, out, rstd;
+      for (int k = 0; k < K; ++k) {
+        qkv.push_back(random_device(DType::bf16, {N, Htot, D}, ++seed));
+        dqkv.push_back(random_device(DType::bf16, {N, Htot, D}, ++seed));
+        din.push_back(alloc(DType::bf16, {N, Htot, D}));
+        out.push_back(alloc(DType::bf16, {N, Htot, D}));
+        rstd.push_back(random_device(DType::f32, {N, Hq + Hkv}, ++seed, 1.0, /*positive=*/true));
+      }
+      Tensor pos = upload_i32(randint(N, 0, 4096, ++seed), {N});
+      Floats inv(D / 2);
+      for (int64_t j = 0; j < D / 2; ++j) inv[j] = float(1.0 / std::pow(500000.0, 2.0 * j / D));
+      Tensor inv_freq = upload(inv, DType::f32, {D / 2});
+      const std::string heads = " (" + std::to_string(Hq + Hkv) + "/" + std::to_string(Htot) +
+                                " heads, D=" + std::to_string(D) + ")";
+      int i = 0;
+      report(tag + "rope_forward" + heads, qkv_bytes, 2 * rotated_bytes, time_ms([&] {
+        ops::rope_forward(gpu, qkv[i++ % K], pos, inv_freq, int(Hq + Hkv));
+      }));
+      report(tag + "rope_backward" + heads, qkv_bytes, 2 * rotated_bytes, time_ms([&] {
+        ops::rope_backward(gpu, dqkv[i++ % K], pos, inv_freq, int(Hq + Hkv));
+      }));
+      if (m.qk_norm) {
+        Tensor qw = upload(randn(D, ++seed, 0.5, 1.0), DType::bf16, {D});
+        Tensor kw = upload(randn(D, ++seed, 0.5, 1.0), DType::bf16, {D});
+        Tensor dqw = upload(randn(D, ++seed), DType::f32, {D}), dkw = upload(randn(D, ++seed), DType::f32, {D});
+        report(tag + "qk_norm_forward", 2 * qkv_bytes, 2 * qkv_bytes, time_ms([&] {
+          const int k = i++ % K;
+          ops::qk_norm_forward(gpu, out[k], rstd[k], qkv[k], qw, kw, int(Hq), int(Hkv), 1e-6);
+        }));
+        report(tag + "qk_norm_backward (f32 dq/dk weight)", 3 * qkv_bytes, 3 * qkv_bytes, time_ms([&] {
+          const int k = i++ % K;
+          ops::qk_norm_backward(gpu, din[k], dqw, dkw, dqkv[k], qkv[k], qw, kw, rstd[k], int(Hq), int(Hkv));
+        }));
+      }
+    }
+    {  // SwiGLU (F)
+      const int K = sets_for(8 * e * N * F);
+      std::vector<Tensor> gu, dgu, hidden, dhidden;
+      for (int k = 0; k < K; ++k) {
+        gu.push_back(random_device(DType::bf16, {N, 2 * F}, ++seed, 2.0));
+        dgu.push_back(alloc(DType::bf16, {N, 2 * F}));
+        hidden.push_back(alloc(DType::bf16, {N, F}));
+        dhidden.push_back(random_device(DType::bf16, {N, F}, ++seed));
+      }
+      int i = 0;
+      report(tag + "swiglu_forward F=" + std::to_string(F), 3 * e * N * F, 3 * e * N * F, time_ms([&] {
+        const int k = i++ % K;
+        ops::swiglu_forward(gpu, hidden[k], gu[k]);
+      }));
+      report(tag + "swiglu_backward", 5 * e * N * F, 5 * e * N * F, time_ms([&] {
+        const int k = i++ % K;
+        ops::swiglu_backward(gpu, dgu[k], dhidden[k], gu[k]);
+      }));
+    }
+    if (C == 2048) {  // memory ops at (N, C)
+      const int K = sets_for(5 * e * N * C);
+      std::vector<Tensor> x, y, x32;
+      for (int k = 0; k < K; ++k) {
+        x.push_back(random_device(DType::bf16, {N, C}, ++seed));
+        y.push_back(random_device(DType::bf16, {N, C}, ++seed));
+        x32.push_back(random_device(DType::f32, {N, C}, ++seed));
+      }
+      int i = 0;
+      report(tag + "add_inplace bf16 += bf16", 2 * e * N * C, 3 * e * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::add_inplace(gpu, x[k], y[k]);
+      }));
+      report(tag + "add_inplace f32 += bf16", 6.0 * N * C, 10.0 * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::add_inplace(gpu, x32[k], y[k]);
+      }));
+      report(tag + "copy bf16 -> bf16 (memcpy)", 2 * e * N * C, 2 * e * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::copy(gpu, x[k], y[k]);
+      }));
+      report(tag + "copy bf16 -> f32", 6.0 * N * C, 6.0 * N * C, time_ms([&] {
+        const int k = i++ % K;
+        ops::copy(gpu, x32[k], y[k]);
+      }));
+    }
   }
 }
 

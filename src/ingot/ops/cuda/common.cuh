@@ -172,6 +172,50 @@ __device__ __forceinline__ float block_sum(float x, float* shared) {
   return total;
 }
 
+// ---- raw 8-element chunks: load now, convert at use (16 bytes of bf16 = 4 registers) --------
+// Lets a thread hold a whole row with several loads in flight before the first use.
+template <typename T> struct Raw8;
+template <> struct Raw8<bf16> { uint4 u; };
+template <> struct Raw8<float> { float4 a, b; };
+
+__device__ __forceinline__ void load_raw8(const bf16* p, Raw8<bf16>& r) {
+  r.u = *reinterpret_cast<const uint4*>(p);
+}
+__device__ __forceinline__ void load_raw8(const float* p, Raw8<float>& r) {
+  r.a = reinterpret_cast<const float4*>(p)[0];
+  r.b = reinterpret_cast<const float4*>(p)[1];
+}
+__device__ __forceinline__ void unpack8(const Raw8<bf16>& r, float (&f)[8]) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r.u);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 t = __bfloat1622float2(h[i]);
+    f[2 * i] = t.x;
+    f[2 * i + 1] = t.y;
+  }
+}
+__device__ __forceinline__ void unpack8(const Raw8<float>& r, float (&f)[8]) {
+  f[0] = r.a.x; f[1] = r.a.y; f[2] = r.a.z; f[3] = r.a.w;
+  f[4] = r.b.x; f[5] = r.b.y; f[6] = r.b.z; f[7] = r.b.w;
+}
+
+__device__ __forceinline__ void store_raw8(bf16* p, const Raw8<bf16>& r) {
+  *reinterpret_cast<uint4*>(p) = r.u;
+}
+__device__ __forceinline__ void store_raw8(float* p, const Raw8<float>& r) {
+  reinterpret_cast<float4*>(p)[0] = r.a;
+  reinterpret_cast<float4*>(p)[1] = r.b;
+}
+
+// Sum over aligned groups of LANES consecutive lanes (LANES a power of two <= 32); every lane of
+// the group gets the group's sum. All 32 lanes must call it (full-warp shuffles).
+template <int LANES>
+__device__ __forceinline__ float group_sum(float x) {
+#pragma unroll
+  for (int o = LANES / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
 }  // namespace ingot::cuda
 
 namespace ingot::cuda {

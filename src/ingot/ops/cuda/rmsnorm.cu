@@ -1,12 +1,17 @@
 // RMSNorm over rows of (R,C). rstd (R) f32.
 // Invariants:
-//   - One block per row (grid-stride); each thread keeps its P chunks of VEC elements in registers,
-//     so the row is read once in the forward; reductions use a fixed tree (reproducible).
+//   - Row path (C % 8 == 0, C <= 2048, aligned): one warp per row; lane owns the 16-byte chunks
+//     c = lane + 32k (k < P), so the row lives in registers and every load of a row (x, dout and,
+//     in the backward, din) is issued before the first use: one memory round trip per row, no
+//     block barriers.
+//   - Block path (longer rows, or the scalar fallback): one block per row (grid-stride); each
+//     thread keeps P chunks of VEC elements in registers; fixed-tree block reduction.
 //   - Backward: din ACCUMULATES (residual-stream gradient). dweight accumulates deterministically:
-//     a fixed grid of G blocks (G depends only on R and the SM count) each sums its rows' dout*x*rstd
-//     into an f32 partial row; a second kernel adds the G partials to dweight in block order.
-//   - Vector path (VEC = 8, 16-byte bf16 accesses) when C % 8 == 0 and pointers are aligned;
-//     scalar path otherwise. C is limited to 256 threads * P_max * VEC (16384 vector, 4096 scalar).
+//     a fixed grid of G persistent blocks (G from R, the SM count and the kernel's occupancy, all
+//     fixed for a binary on a GPU) each sums its rows' dout*x*rstd into an f32 partial row (row
+//     path: per warp in shared memory, then the warps in order); column_partials_accumulate then
+//     adds the G partials to dweight in a fixed order.
+//   - C is limited to 256 threads * P_max * VEC (16384 vector, 2048 scalar).
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
 
@@ -109,18 +114,165 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_backward_kernel(T* din, floa
   }
 }
 
+
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowPathMaxChunks = 8;  // per lane: rows up to 32 * 8 * 8 = 2048 elements
+
+// One warp per row; P = chunks of 8 per lane (ceil(C / 256)).
+template <int P, typename T>
+__global__ void __launch_bounds__(kThreads) rmsnorm_forward_row_kernel(T* out, float* rstd,
+                                                                       const T* in, const T* weight,
+                                                                       int64_t R, int C, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = blockIdx.x * int64_t(kWarps) + (threadIdx.x >> 5);
+  if (row >= R) return;  // warp-uniform
+  const int chunks = C / 8;
+  const T* x_row = in + row * C;
+  Raw8<T> raw[P];
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = lane + 32 * k;
+    if (c < chunks) load_raw8(x_row + c * 8, raw[k]);
+  }
+  float sum_sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = lane + 32 * k;
+    if (c < chunks) {
+      float x[8];
+      unpack8(raw[k], x);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) sum_sq += x[e] * x[e];
+    }
+  }
+  sum_sq = warp_sum(sum_sq);
+  const float r = rsqrtf(sum_sq / float(C) + eps);
+  if (lane == 0) rstd[row] = r;
+#pragma unroll
+  for (int k = 0; k < P; ++k) {
+    const int c = lane + 32 * k;
+    if (c < chunks) {
+      float x[8], w[8], y[8];
+      unpack8(raw[k], x);
+      load8(weight + c * 8, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = x[e] * r * w[e];
+      store8(out + row * C + c * 8, y);
+    }
+  }
+}
+
+// Persistent: block b owns rows (b*kWarps + warp) + i*gridDim.x*kWarps. Dynamic shared memory:
+// weight (C) f32, then one dweight accumulator row (C) f32 per warp.
+// dweight_partial (gridDim.x, C) f32, or nullptr.
+template <int P, typename T>
+__global__ void __launch_bounds__(kThreads, 2) rmsnorm_backward_row_kernel(
+    T* din, float* dweight_partial, const T* dout, const T* in, const T* weight, const float* rstd,
+    int64_t R, int C) {
+  extern __shared__ float4 smem4[];
+  float* w_s = reinterpret_cast<float*>(smem4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* dw_s = w_s + C + warp * C;
+  const bool want_dw = dweight_partial != nullptr;
+  for (int i = threadIdx.x; i < C; i += kThreads) w_s[i] = to_f32(weight[i]);
+  if (want_dw)
+    for (int i = threadIdx.x; i < kWarps * C; i += kThreads) w_s[C + i] = 0.f;
+  __syncthreads();
+  const int chunks = C / 8;
+  for (int64_t row = blockIdx.x * int64_t(kWarps) + warp; row < R;
+       row += int64_t(gridDim.x) * kWarps) {
+    const int64_t off = row * C;
+    Raw8<T> xr[P], gr[P], dr[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int c = lane + 32 * k;
+      if (c < chunks) {
+        load_raw8(in + off + c * 8, xr[k]);
+        load_raw8(dout + off + c * 8, gr[k]);
+        if (din != nullptr) load_raw8(din + off + c * 8, dr[k]);
+      }
+    }
+    const float r = rstd[row];
+    float dot = 0.f;  // sum_c dout * w * x
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int c = lane + 32 * k;
+      if (c < chunks) {
+        float x[8], g[8];
+        unpack8(xr[k], x);
+        unpack8(gr[k], g);
+        const float4* w4 = reinterpret_cast<const float4*>(w_s + c * 8);
+        const float4 wa = w4[0], wb = w4[1];
+        const float w[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot += g[e] * w[e] * x[e];
+        if (want_dw) {
+          float4* d4 = reinterpret_cast<float4*>(dw_s + c * 8);
+          float4 a = d4[0], b = d4[1];
+          a.x += g[0] * (x[0] * r); a.y += g[1] * (x[1] * r);
+          a.z += g[2] * (x[2] * r); a.w += g[3] * (x[3] * r);
+          b.x += g[4] * (x[4] * r); b.y += g[5] * (x[5] * r);
+          b.z += g[6] * (x[6] * r); b.w += g[7] * (x[7] * r);
+          d4[0] = a;
+          d4[1] = b;
+        }
+      }
+    }
+    if (din == nullptr) continue;
+    dot = warp_sum(dot);
+    const float coef = dot * (r * r * r) / float(C);
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const int c = lane + 32 * k;
+      if (c < chunks) {
+        float x[8], g[8], d[8];
+        unpack8(xr[k], x);
+        unpack8(gr[k], g);
+        unpack8(dr[k], d);
+        const float4* w4 = reinterpret_cast<const float4*>(w_s + c * 8);
+        const float4 wa = w4[0], wb = w4[1];
+        const float w[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) d[e] += r * w[e] * g[e] - coef * x[e];
+        store8(din + off + c * 8, d);
+      }
+    }
+  }
+  if (!want_dw) return;
+  __syncthreads();
+  // This block's partial: the warps' rows added in warp order (fixed).
+  for (int i = threadIdx.x; i < C; i += kThreads) {
+    float acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) acc += w_s[C + w * C + i];
+    dweight_partial[int64_t(blockIdx.x) * C + i] = acc;
+  }
+}
 }  // namespace
 
-// dweight (C) += sum over g < G of partial (G, ld)[:, :C], in g order. Shared with qk_norm and
-// linear.
+// dweight (C) += sum over g < G of partial (G, ld)[:, :C]. Shared with qk_norm and linear.
+// Block (32, 32): threadIdx.x picks a column of the block's 32-column tile, threadIdx.y a slice of
+// the partial rows (g = y, y + 32, ...); the 32 slice sums are then added in slice order. The
+// order depends only on G, so results are bitwise reproducible, and every thread issues only
+// G / 32 loads (the old one-thread-per-column loop over all G rows was latency-bound).
+constexpr int kReduceSlices = 32;
 template <typename TD>
-__global__ void column_partials_accumulate_kernel(TD* dweight, const float* partial, int64_t G,
-                                                  int64_t C, int64_t ld) {
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C;
-       c += int64_t(gridDim.x) * blockDim.x) {
-    float acc = 0.f;
-    for (int64_t g = 0; g < G; ++g) acc += partial[g * ld + c];
-    dweight[c] = from_f32<TD>(to_f32(dweight[c]) + acc);
+__global__ void __launch_bounds__(32 * kReduceSlices) column_partials_accumulate_kernel(
+    TD* dweight, const float* partial, int64_t G, int64_t C, int64_t ld) {
+  __shared__ float sums[kReduceSlices][33];
+  const int64_t c = blockIdx.x * int64_t(32) + threadIdx.x;
+  float acc = 0.f;
+  if (c < C) {
+#pragma unroll 4
+    for (int64_t g = threadIdx.y; g < G; g += kReduceSlices) acc += partial[g * ld + c];
+  }
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float total = 0.f;
+#pragma unroll
+    for (int s = 0; s < kReduceSlices; ++s) total += sums[s][threadIdx.x];
+    dweight[c] = from_f32<TD>(to_f32(dweight[c]) + total);
   }
 }
 
@@ -128,8 +280,9 @@ void column_partials_accumulate(CudaState& state, Tensor dweight, const float* p
                                 int64_t C, int64_t ld, const char* op) {
   dispatch_float(dweight.dtype, op, [&](auto tag) {
     using TD = decltype(tag);
-    column_partials_accumulate_kernel<TD><<<grid_for(C, 256, state), 256, 0, state.stream>>>(
-        dweight.ptr<TD>(), partial, G, C, ld);
+    column_partials_accumulate_kernel<TD>
+        <<<unsigned(ceil_div(C, 32)), dim3(32, kReduceSlices), 0, state.stream>>>(
+            dweight.ptr<TD>(), partial, G, C, ld);
     INGOT_LAUNCH_CHECK("column_partials_accumulate_kernel");
   });
 }
@@ -150,6 +303,38 @@ void dispatch_row(int64_t C, bool vector_ok, const char* op, F&& f) {
   };
   if (vector_ok) with_p(std::integral_constant<int, 8>{});
   else with_p(std::integral_constant<int, 1>{});
+}
+
+// Calls f(std::integral_constant<int, P>) with P = chunks of 8 per lane for the row path.
+template <typename F>
+void dispatch_row_chunks(int64_t C, F&& f) {
+  const int64_t p = ceil_div(C / 8, 32);
+  if (p <= 1) f(std::integral_constant<int, 1>{});
+  else if (p <= 2) f(std::integral_constant<int, 2>{});
+  else if (p <= 4) f(std::integral_constant<int, 4>{});
+  else f(std::integral_constant<int, 8>{});
+}
+
+bool row_path_ok(int64_t C) { return C % 8 == 0 && C <= 32 * 8 * kRowPathMaxChunks; }
+
+// Resident blocks per SM of the backward row kernel <P, T> at smem bytes of dynamic shared
+// memory (fixed for a binary on a GPU); raises the kernel's dynamic shared-memory limit to the
+// most any row length of this P needs, once.
+template <int P, typename T>
+int row_backward_blocks_per_sm(int smem_bytes) {
+  static int cached_smem = -1, cached_blocks = 0;
+  if (cached_smem != smem_bytes) {
+    auto kernel = rmsnorm_backward_row_kernel<P, T>;
+    const int max_smem = (1 + kWarps) * 32 * 8 * P * int(sizeof(float));
+    INGOT_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem));
+    int blocks = 0;
+    INGOT_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem_bytes));
+    cached_smem = smem_bytes;
+    cached_blocks = blocks < 1 ? 1 : blocks;
+  }
+  return cached_blocks;
 }
 
 void check_rows(const char* op, const Tensor& in, const Tensor& weight, int64_t* R, int64_t* C) {
@@ -177,6 +362,18 @@ void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor we
   check_numel(rstd, R, op, "rstd");
   if (R == 0) return;
   const bool vec = C % 8 == 0 && aligned16(out.data) && aligned16(in.data) && aligned16(weight.data);
+  if (vec && row_path_ok(C)) {
+    const unsigned rows_grid = static_cast<unsigned>(ceil_div(R, kWarps));
+    dispatch_float(in.dtype, op, [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_row_chunks(C, [&](auto p) {
+        rmsnorm_forward_row_kernel<decltype(p)::value, T><<<rows_grid, kThreads, 0, state.stream>>>(
+            out.ptr<T>(), rstd.ptr<float>(), in.ptr<T>(), weight.ptr<T>(), R, int(C), float(eps));
+        INGOT_LAUNCH_CHECK("rmsnorm_forward_row_kernel");
+      });
+    });
+    return;
+  }
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(R, int64_t(state.num_sms) * 16));
   dispatch_float(in.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -214,6 +411,26 @@ void rmsnorm_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dout, Ten
   if (R == 0 || (!din.present() && !dweight.present())) return;
   const bool vec = C % 8 == 0 && aligned16(in.data) && aligned16(dout.data) &&
                    aligned16(weight.data) && (!din.present() || aligned16(din.data));
+  if (vec && row_path_ok(C)) {
+    const int smem = int((1 + kWarps) * C * int64_t(sizeof(float)));
+    dispatch_float(in.dtype, op, [&](auto tag) {
+      using T = decltype(tag);
+      dispatch_row_chunks(C, [&](auto p) {
+        constexpr int P = decltype(p)::value;
+        const int per_sm = row_backward_blocks_per_sm<P, T>(smem);
+        const int64_t G = std::min<int64_t>(ceil_div(R, kWarps), int64_t(state.num_sms) * per_sm);
+        float* partial = dweight.present() ? static_cast<float*>(scratch_buffer(
+                                                 state, G * C * int64_t(sizeof(float)), op))
+                                           : nullptr;
+        rmsnorm_backward_row_kernel<P, T><<<unsigned(G), kThreads, smem, state.stream>>>(
+            din.present() ? din.ptr<T>() : nullptr, partial, dout.ptr<T>(), in.ptr<T>(),
+            weight.ptr<T>(), rstd.ptr<float>(), R, int(C));
+        INGOT_LAUNCH_CHECK("rmsnorm_backward_row_kernel");
+        if (dweight.present()) column_partials_accumulate(state, dweight, partial, G, C, C, op);
+      });
+    });
+    return;
+  }
   // Two blocks per SM: enough rows in flight to hide latency, few partial rows to reduce.
   const int64_t G = std::min<int64_t>(R, int64_t(state.num_sms) * 2);
   float* partial = dweight.present()

@@ -2,6 +2,14 @@
 // [0, rotated_heads) rotated. angle = float(positions[n]) * inv_freq[i] in f32 and full-precision
 // sincosf (not __sincosf: positions reach 1e5 rad, where the fast path loses digits), matching HF's
 // float32 rope. The backward applies the transposed rotation (sin negated).
+// Invariants:
+//   - Vector path (D % 16 == 0, x 16-byte aligned): one thread per (token, chunk of 8 frequencies,
+//     group of kHeadsPerThread heads). The angles depend only on (token, frequency), so a thread
+//     computes its 8 sin/cos pairs once (first: sincosf's slow path needs many registers) and
+//     applies them to every head of its group, whose 16-byte loads of both halves are all issued
+//     before the first use.
+//   - Scalar fallback: one thread per (token, head, pair).
+//   - Both paths compute each element with the same f32 expressions, so they agree bitwise.
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
 
@@ -33,6 +41,56 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
   }
 }
 
+
+constexpr int kHeadsPerThread = 8;
+
+template <typename T>
+__global__ void __launch_bounds__(256, 2) rope_vec_kernel(T* x, const int32_t* positions,
+                                                       const float* inv_freq, int64_t N, int Htot,
+                                                       int rotated_heads, int D, int head_groups,
+                                                       float direction) {
+  const int half = D / 2, chunks = half / 8;
+  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (t >= N * head_groups * chunks) return;
+  const int c = int(t % chunks);
+  const int64_t rest = t / chunks;
+  const int group = int(rest % head_groups);
+  const int64_t n = rest / head_groups;
+  const int h0 = group * kHeadsPerThread;
+  const int heads = min(kHeadsPerThread, rotated_heads - h0);
+  const float p = float(positions[n]);
+  float sn[8], cs[8];
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    sincosf(p * inv_freq[c * 8 + e], &sn[e], &cs[e]);
+    sn[e] *= direction;
+  }
+  T* base = x + (n * Htot + h0) * D + c * 8;
+  Raw8<T> lo[kHeadsPerThread], hi[kHeadsPerThread];
+#pragma unroll
+  for (int k = 0; k < kHeadsPerThread; ++k) {
+    if (k < heads) {
+      load_raw8(base + k * D, lo[k]);
+      load_raw8(base + k * D + half, hi[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kHeadsPerThread; ++k) {
+    if (k < heads) {
+      float a[8], b[8], ya[8], yb[8];
+      unpack8(lo[k], a);
+      unpack8(hi[k], b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        ya[e] = a[e] * cs[e] - b[e] * sn[e];
+        yb[e] = b[e] * cs[e] + a[e] * sn[e];
+      }
+      store8(base + k * D, ya);
+      store8(base + k * D + half, yb);
+    }
+  }
+}
+
 void rope_apply(const char* op, Context& ctx, Tensor x, Tensor positions, Tensor inv_freq,
                 int rotated_heads, float direction) {
   CudaState& state = state_of(ctx, op);
@@ -51,6 +109,18 @@ void rope_apply(const char* op, Context& ctx, Tensor x, Tensor positions, Tensor
   check_numel(inv_freq, D / 2, op, "inv_freq");
   const int64_t total = N * rotated_heads * (D / 2);
   if (total == 0) return;
+  if (D % 16 == 0 && aligned16(x.data)) {
+    const int head_groups = int(ceil_div(rotated_heads, kHeadsPerThread));
+    const int64_t threads = N * head_groups * (D / 16);
+    dispatch_float(x.dtype, op, [&](auto tag) {
+      using T = decltype(tag);
+      rope_vec_kernel<T><<<unsigned(ceil_div(threads, 256)), 256, 0, state.stream>>>(
+          x.ptr<T>(), positions.ptr<int32_t>(), inv_freq.ptr<float>(), N, int(Htot),
+          rotated_heads, int(D), head_groups, direction);
+      INGOT_LAUNCH_CHECK("rope_vec_kernel");
+    });
+    return;
+  }
   dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     rope_kernel<T><<<grid_for(total, 256, state), 256, 0, state.stream>>>(

@@ -1,5 +1,6 @@
 // SwiGLU. gate_up (N,2F) = [gate | up]; out (N,F) = silu(gate) * up; dgate_up (N,2F) overwrite.
-// One thread per VEC-element chunk of a row of F; f32 math, one rounding per output.
+// One thread per VEC-element chunk of a row of F: a 2-D grid (x: chunks of the row, y: rows), so
+// no 64-bit division per chunk; f32 math, one rounding per output.
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
 
@@ -11,10 +12,10 @@ __device__ __forceinline__ float sigmoid(float x) { return 1.f / (1.f + expf(-x)
 
 template <int VEC, typename T>
 __global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t N, int64_t F) {
-  const int64_t chunks = F / VEC, total = N * chunks;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = t / chunks, f = (t % chunks) * VEC;
+  const int64_t chunks = F / VEC;
+  const int64_t f = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VEC;
+  if (f >= chunks * VEC) return;
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     float g[VEC], u[VEC], y[VEC];
     load_vec<VEC>(gate_up + n * 2 * F + f, g);
     load_vec<VEC>(gate_up + n * 2 * F + F + f, u);
@@ -27,10 +28,10 @@ __global__ void swiglu_forward_kernel(T* out, const T* gate_up, int64_t N, int64
 template <int VEC, typename T>
 __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate_up, int64_t N,
                                        int64_t F) {
-  const int64_t chunks = F / VEC, total = N * chunks;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < total;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t n = t / chunks, f = (t % chunks) * VEC;
+  const int64_t chunks = F / VEC;
+  const int64_t f = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) * VEC;
+  if (f >= chunks * VEC) return;
+  for (int64_t n = blockIdx.y; n < N; n += gridDim.y) {
     float g[VEC], u[VEC], dy[VEC], dg[VEC], du[VEC];
     load_vec<VEC>(gate_up + n * 2 * F + f, g);
     load_vec<VEC>(gate_up + n * 2 * F + F + f, u);
@@ -45,6 +46,11 @@ __global__ void swiglu_backward_kernel(T* dgate_up, const T* dout, const T* gate
     store_vec<VEC>(dgate_up + n * 2 * F + f, dg);
     store_vec<VEC>(dgate_up + n * 2 * F + F + f, du);
   }
+}
+
+// x: the row's chunks in blocks of 256 threads; y: rows (grid-stride past the 65535 limit).
+dim3 swiglu_grid(int64_t N, int64_t chunks) {
+  return dim3(unsigned(ceil_div(chunks, 256)), unsigned(std::min<int64_t>(N, 65535)));
 }
 
 int64_t swiglu_width(const char* op, const Tensor& out, const Tensor& gate_up) {
@@ -71,10 +77,10 @@ void swiglu_forward(Context& ctx, Tensor out, Tensor gate_up) {
   dispatch_float(gate_up.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     if (vec)
-      swiglu_forward_kernel<8, T><<<grid_for(N * F / 8, 256, state), 256, 0, state.stream>>>(
+      swiglu_forward_kernel<8, T><<<swiglu_grid(N, F / 8), 256, 0, state.stream>>>(
           out.ptr<T>(), gate_up.ptr<T>(), N, F);
     else
-      swiglu_forward_kernel<1, T><<<grid_for(N * F, 256, state), 256, 0, state.stream>>>(
+      swiglu_forward_kernel<1, T><<<swiglu_grid(N, F), 256, 0, state.stream>>>(
           out.ptr<T>(), gate_up.ptr<T>(), N, F);
     INGOT_LAUNCH_CHECK("swiglu_forward_kernel");
   });
@@ -98,10 +104,10 @@ void swiglu_backward(Context& ctx, Tensor dgate_up, Tensor dout, Tensor gate_up)
   dispatch_float(gate_up.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     if (vec)
-      swiglu_backward_kernel<8, T><<<grid_for(N * F / 8, 256, state), 256, 0, state.stream>>>(
+      swiglu_backward_kernel<8, T><<<swiglu_grid(N, F / 8), 256, 0, state.stream>>>(
           dgate_up.ptr<T>(), dout.ptr<T>(), gate_up.ptr<T>(), N, F);
     else
-      swiglu_backward_kernel<1, T><<<grid_for(N * F, 256, state), 256, 0, state.stream>>>(
+      swiglu_backward_kernel<1, T><<<swiglu_grid(N, F), 256, 0, state.stream>>>(
           dgate_up.ptr<T>(), dout.ptr<T>(), gate_up.ptr<T>(), N, F);
     INGOT_LAUNCH_CHECK("swiglu_backward_kernel");
   });
