@@ -165,8 +165,12 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_forward_row_kernel(T* out, f
 // Persistent: block b owns rows (b*kWarps + warp) + i*gridDim.x*kWarps. Dynamic shared memory:
 // weight (C) f32, then one dweight accumulator row (C) f32 per warp.
 // dweight_partial (gridDim.x, C) f32, or nullptr.
+// Resident blocks per SM the backward row kernel is register-capped for: short rows need fewer
+// registers, so more rows (bytes) can be in flight.
+constexpr int row_backward_min_blocks(int P) { return P <= 2 ? 4 : (P <= 4 ? 3 : 2); }
+
 template <int P, typename T>
-__global__ void __launch_bounds__(kThreads, 2) rmsnorm_backward_row_kernel(
+__global__ void __launch_bounds__(kThreads, row_backward_min_blocks(P)) rmsnorm_backward_row_kernel(
     T* din, float* dweight_partial, const T* dout, const T* in, const T* weight, const float* rstd,
     int64_t R, int C) {
   extern __shared__ float4 smem4[];

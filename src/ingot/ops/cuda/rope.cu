@@ -3,11 +3,11 @@
 // sincosf (not __sincosf: positions reach 1e5 rad, where the fast path loses digits), matching HF's
 // float32 rope. The backward applies the transposed rotation (sin negated).
 // Invariants:
-//   - Vector path (D % 16 == 0, x 16-byte aligned): one thread per (token, chunk of 8 frequencies,
-//     group of kHeadsPerThread heads). The angles depend only on (token, frequency), so a thread
-//     computes its 8 sin/cos pairs once (first: sincosf's slow path needs many registers) and
-//     applies them to every head of its group, whose 16-byte loads of both halves are all issued
-//     before the first use.
+//   - Vector path (D % 16 == 0, x 16-byte aligned): a block takes 16 tokens. The angles depend
+//     only on (token, frequency), so the block first fills a shared table of (cos, sin) for its
+//     16 x D/2 pairs (sincosf once per pair, not once per head), then one thread per (token, head,
+//     8-frequency chunk) rotates with 16-byte loads of both halves, two items per thread with all
+//     loads issued first.
 //   - Scalar fallback: one thread per (token, head, pair).
 //   - Both paths compute each element with the same f32 expressions, so they agree bitwise.
 #include "ingot/ops/cuda/common.cuh"
@@ -42,51 +42,68 @@ __global__ void rope_kernel(T* x, const int32_t* positions, const float* inv_fre
 }
 
 
-constexpr int kHeadsPerThread = 8;
+constexpr int kTokensPerBlock = 16;
+constexpr int kRopeThreads = 256;
+constexpr int kItemsPerThread = 2;  // (token, head, chunk) items per thread per step
 
+// Block: kTokensPerBlock tokens. Phase 1 fills a shared table of (cos, direction * sin) for the
+// block's (token, frequency) pairs; phase 2 walks the (token, head, 8-frequency chunk) items,
+// chunk fastest, so consecutive threads touch consecutive 16 bytes of a head.
 template <typename T>
-__global__ void __launch_bounds__(256, 2) rope_vec_kernel(T* x, const int32_t* positions,
-                                                       const float* inv_freq, int64_t N, int Htot,
-                                                       int rotated_heads, int D, int head_groups,
-                                                       float direction) {
+__global__ void __launch_bounds__(kRopeThreads) rope_vec_kernel(T* x, const int32_t* positions,
+                                                                const float* inv_freq, int64_t N,
+                                                                int Htot, int rotated_heads, int D,
+                                                                float direction) {
+  extern __shared__ float4 table4[];  // [token][half] (cos, sin) pairs, two per float4
+  float2* table = reinterpret_cast<float2*>(table4);
   const int half = D / 2, chunks = half / 8;
-  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (t >= N * head_groups * chunks) return;
-  const int c = int(t % chunks);
-  const int64_t rest = t / chunks;
-  const int group = int(rest % head_groups);
-  const int64_t n = rest / head_groups;
-  const int h0 = group * kHeadsPerThread;
-  const int heads = min(kHeadsPerThread, rotated_heads - h0);
-  const float p = float(positions[n]);
-  float sn[8], cs[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    sincosf(p * inv_freq[c * 8 + e], &sn[e], &cs[e]);
-    sn[e] *= direction;
+  const int64_t n0 = blockIdx.x * int64_t(kTokensPerBlock);
+  const int tokens = int(N - n0 < kTokensPerBlock ? N - n0 : kTokensPerBlock);
+  for (int i = threadIdx.x; i < tokens * half; i += kRopeThreads) {
+    const int tk = i / half, f = i - tk * half;
+    float sn, cs;
+    sincosf(float(positions[n0 + tk]) * inv_freq[f], &sn, &cs);
+    table[i] = make_float2(cs, sn * direction);
   }
-  T* base = x + (n * Htot + h0) * D + c * 8;
-  Raw8<T> lo[kHeadsPerThread], hi[kHeadsPerThread];
+  __syncthreads();
+  const int items = tokens * rotated_heads * chunks;
+  for (int base = 0; base < items; base += kRopeThreads * kItemsPerThread) {
+    Raw8<T> lo[kItemsPerThread], hi[kItemsPerThread];
+    T* at[kItemsPerThread];
+    int row[kItemsPerThread];  // table offset of the item's first frequency
 #pragma unroll
-  for (int k = 0; k < kHeadsPerThread; ++k) {
-    if (k < heads) {
-      load_raw8(base + k * D, lo[k]);
-      load_raw8(base + k * D + half, hi[k]);
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < kHeadsPerThread; ++k) {
-    if (k < heads) {
-      float a[8], b[8], ya[8], yb[8];
-      unpack8(lo[k], a);
-      unpack8(hi[k], b);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        ya[e] = a[e] * cs[e] - b[e] * sn[e];
-        yb[e] = b[e] * cs[e] + a[e] * sn[e];
+    for (int u = 0; u < kItemsPerThread; ++u) {
+      const int item = base + u * kRopeThreads + threadIdx.x;
+      at[u] = nullptr;
+      row[u] = 0;
+      if (item < items) {
+        const int c = item % chunks, rest = item / chunks;
+        const int h = rest % rotated_heads, tk = rest / rotated_heads;
+        at[u] = x + ((n0 + tk) * Htot + h) * D + c * 8;
+        row[u] = tk * half + c * 8;
+        load_raw8(at[u], lo[u]);
+        load_raw8(at[u] + half, hi[u]);
       }
-      store8(base + k * D, ya);
-      store8(base + k * D + half, yb);
+    }
+#pragma unroll
+    for (int u = 0; u < kItemsPerThread; ++u) {
+      if (at[u] == nullptr) continue;
+      float a[8], b[8], ya[8], yb[8];
+      unpack8(lo[u], a);
+      unpack8(hi[u], b);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float4 t = table4[(row[u] >> 1) + q];  // (cos, sin) of frequencies 2q, 2q+1
+        const float cs[2] = {t.x, t.z}, sn[2] = {t.y, t.w};
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * q + r;
+          ya[e] = a[e] * cs[r] - b[e] * sn[r];
+          yb[e] = b[e] * cs[r] + a[e] * sn[r];
+        }
+      }
+      store8(at[u], ya);
+      store8(at[u] + half, yb);
     }
   }
 }
@@ -110,13 +127,13 @@ void rope_apply(const char* op, Context& ctx, Tensor x, Tensor positions, Tensor
   const int64_t total = N * rotated_heads * (D / 2);
   if (total == 0) return;
   if (D % 16 == 0 && aligned16(x.data)) {
-    const int head_groups = int(ceil_div(rotated_heads, kHeadsPerThread));
-    const int64_t threads = N * head_groups * (D / 16);
+    const int smem = int(kTokensPerBlock * (D / 2) * sizeof(float2));  // <= 48 KB for D <= 768
+    INGOT_CHECK(smem <= 48 * 1024, op, ": head dim ", D, " too large for the vector path");
     dispatch_float(x.dtype, op, [&](auto tag) {
       using T = decltype(tag);
-      rope_vec_kernel<T><<<unsigned(ceil_div(threads, 256)), 256, 0, state.stream>>>(
-          x.ptr<T>(), positions.ptr<int32_t>(), inv_freq.ptr<float>(), N, int(Htot),
-          rotated_heads, int(D), head_groups, direction);
+      rope_vec_kernel<T><<<unsigned(ceil_div(N, kTokensPerBlock)), kRopeThreads, smem, state.stream>>>(
+          x.ptr<T>(), positions.ptr<int32_t>(), inv_freq.ptr<float>(), N, int(Htot), rotated_heads,
+          int(D), direction);
       INGOT_LAUNCH_CHECK("rope_vec_kernel");
     });
     return;
