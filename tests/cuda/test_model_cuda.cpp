@@ -1,0 +1,140 @@
+// The whole model on CUDA (bf16 recipe) against references:
+//   - the Hugging Face float64 fixtures (tests/fixtures): logits, loss and every gradient;
+//   - packing: a packed row of two documents (segment ids) equals each document run alone.
+// Tolerances (norm-wise relative, bf16 weights and activations, f32 gradients): logits and loss
+// <= 2e-2, gradients <= 5e-2 against float64 HF; packed vs separate on the same backend <= 2e-2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "ingot/core/arena.h"
+#include "ingot/io/hf_model.h"
+#include "ingot/io/safetensors.h"
+#include "ingot/model/transformer.h"
+#include "ingot/ops/cuda/device.h"
+#include "ingot/ops/ops.h"
+#include "test_util.h"
+
+using namespace ingot;
+
+namespace {
+
+struct CudaContext {
+  Context ctx;
+  CudaContext() {
+    ctx.device = Device::cuda;
+    ctx.cuda = cuda::create_state(0);
+  }
+  ~CudaContext() { cuda::destroy_state(ctx.cuda); }
+};
+
+std::vector<double> read_doubles(const io::SafeTensorsReader& reader, const std::string& name) {
+  const io::SafeTensorInfo& info = reader.get(name);
+  if (info.dtype == DType::i64) {
+    const int64_t* p = static_cast<const int64_t*>(info.data);
+    return std::vector<double>(p, p + info.numel());
+  }
+  std::vector<double> out(static_cast<size_t>(info.numel()));
+  const double* p = static_cast<const double*>(info.data);  // fixtures are F64
+  std::copy(p, p + info.numel(), out.begin());
+  return out;
+}
+
+std::vector<double> hf_slice(const std::vector<ParamEntry>& entries, const std::vector<double>& flat,
+                             const std::string& hf_name) {
+  for (const ParamEntry& e : entries)
+    for (const HfPiece& piece : e.pieces)
+      if (piece.hf_name == hf_name) {
+        const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
+        return std::vector<double>(flat.begin() + e.offset + piece.row_begin * cols,
+                                   flat.begin() + e.offset + piece.row_end * cols);
+      }
+  return {};
+}
+
+}  // namespace
+
+class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaHfFixture, MatchesTransformers) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = test::source_dir() + "/tests/fixtures/" + GetParam();
+  const ModelConfig config = load_model_config(dir);
+  const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
+  const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
+  const std::vector<double> ids = read_doubles(expected, "input_ids"), labels = read_doubles(expected, "labels");
+  const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
+  std::vector<int32_t> input_ids(B * T), targets(B * T), positions(B * T);
+  int64_t count = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      input_ids[b * T + t] = static_cast<int32_t>(ids[b * T + t]);
+      targets[b * T + t] = t + 1 < T ? static_cast<int32_t>(labels[b * T + t + 1]) : ops::kIgnoreIndex;
+      positions[b * T + t] = static_cast<int32_t>(t);
+      count += targets[b * T + t] != ops::kIgnoreIndex;
+    }
+  CudaContext cuda_ctx;
+  Context& ctx = cuda_ctx.ctx;
+  Transformer model(config, make_recipe("bf16", Device::cuda), ctx, B, T);
+  io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  model.load_batch({input_ids.data(), targets.data(), positions.data(), nullptr});
+  const std::vector<double> logits = model.forward_logits();
+  const double loss = model.forward_backward(1.0 / static_cast<double>(count)) / static_cast<double>(count);
+  const std::vector<double> grads = to_host_doubles(ctx, model.grads());
+
+  EXPECT_LE(test::relative_error(logits, read_doubles(expected, "logits")), 2e-2);
+  const double ref_loss = read_doubles(expected, "loss")[0];
+  EXPECT_LE(std::fabs(loss - ref_loss) / ref_loss, 2e-2) << loss << " vs " << ref_loss;
+  for (const std::string& name : weights.names())
+    EXPECT_LE(test::relative_error(hf_slice(model.entries(), grads, name), read_doubles(expected, "grad." + name)), 5e-2)
+        << "grad." << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaHfFixture, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(CudaPackingEquivalence, PackedRowEqualsDocumentsAlone) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = test::source_dir() + "/tests/fixtures/llama";
+  const ModelConfig config = load_model_config(dir);
+  const int64_t T = 24, len_a = 9, len_b = 11;  // two documents, then padding
+  std::vector<int32_t> inputs(T, 0), targets(T, ops::kIgnoreIndex), positions(T, 0), segments(T, -1);
+  uint64_t state = 7;
+  for (int64_t t = 0; t < len_a + len_b; ++t) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    inputs[t] = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config.vocab_size));
+  }
+  for (int64_t t = 0; t < len_a + len_b; ++t) {
+    const bool in_a = t < len_a;
+    const int64_t doc_end = in_a ? len_a : len_a + len_b;
+    positions[t] = static_cast<int32_t>(in_a ? t : t - len_a);
+    segments[t] = in_a ? 0 : 1;
+    targets[t] = t + 1 < doc_end ? inputs[t + 1] : ops::kIgnoreIndex;  // never across documents
+  }
+  int64_t count = 0;
+  for (int32_t t : targets) count += t != ops::kIgnoreIndex;
+  const double scale = 1.0 / static_cast<double>(count);
+
+  CudaContext cuda_ctx;
+  Context& ctx = cuda_ctx.ctx;
+  Transformer model(config, make_recipe("bf16", Device::cuda), ctx, 1, T);
+  io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  ops::zero(ctx, model.grads());
+  model.load_batch({inputs.data(), targets.data(), positions.data(), segments.data()});
+  const double packed_loss = model.forward_backward(scale);
+  const std::vector<double> packed_grads = to_host_doubles(ctx, model.grads());
+
+  ops::zero(ctx, model.grads());
+  double separate_loss = 0;
+  for (auto [begin, len] : {std::pair<int64_t, int64_t>{0, len_a}, {len_a, len_b}}) {
+    std::vector<int32_t> in(inputs.begin() + begin, inputs.begin() + begin + len);
+    std::vector<int32_t> tg(targets.begin() + begin, targets.begin() + begin + len);
+    std::vector<int32_t> pos(len);
+    std::iota(pos.begin(), pos.end(), 0);
+    model.load_batch({in.data(), tg.data(), pos.data(), nullptr}, len);
+    separate_loss += model.forward_backward(scale);
+  }
+  const std::vector<double> separate_grads = to_host_doubles(ctx, model.grads());
+  EXPECT_LE(std::fabs(packed_loss - separate_loss) / separate_loss, 2e-2) << packed_loss << " vs " << separate_loss;
+  EXPECT_LE(test::relative_error(packed_grads, separate_grads), 2e-2);
+}
