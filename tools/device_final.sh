@@ -12,11 +12,11 @@ cmake -S . -B build -G Ninja -DINGOT_CUDA=ON -DCMAKE_PREFIX_PATH=$PWD/.device-de
 echo "ctest -L cuda: $(grep 'tests passed' "$out/ctest_cuda.log")"; grep -E "\*\*\*Failed" "$out/ctest_cuda.log"
 if [ -d runs/demo-data ]; then
   for dev in cuda cpu; do
-    build/ingot train examples/demo.yaml --overwrite --set device=$dev --set output_dir=runs/check-$dev \
+    build/ingot train examples/demo.yaml --overwrite --set device=$dev --set output_dir=runs/check-$dev --set max_steps=300 \
       --set logging_steps=1 --set eval_steps=0 --set save_steps=0 --set num_threads=16 >/tmp/train_$dev.log 2>&1
     cp runs/check-$dev/metrics.jsonl "$out/metrics_$dev.jsonl" 2>/dev/null
   done
-  build/ingot train examples/demo.yaml --overwrite --set device=cuda --set output_dir=runs/check-cuda2 \
+  build/ingot train examples/demo.yaml --overwrite --set device=cuda --set output_dir=runs/check-cuda2 --set max_steps=300 \
     --set logging_steps=1 --set eval_steps=0 --set save_steps=0 >/dev/null 2>&1
   cmp -s runs/check-cuda/checkpoint-300/model.safetensors runs/check-cuda2/checkpoint-300/model.safetensors \
     && echo "cuda run twice: identical weights" || echo "cuda run twice: weights DIFFER"
