@@ -16,6 +16,7 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/ops.h"
 #include "ingot/optim/adamw.h"
+#include "fixture_util.h"
 #include "test_util.h"
 
 using namespace ingot;
@@ -24,36 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 std::string fixture_dir(const std::string& arch) { return test::source_dir() + "/tests/fixtures/" + arch; }
-
-std::vector<double> read_doubles(const io::SafeTensorsReader& reader, const std::string& name) {
-  const io::SafeTensorInfo& info = reader.get(name);
-  if (info.dtype == DType::i64) {  // ids and labels
-    const int64_t* p = static_cast<const int64_t*>(info.data);
-    return std::vector<double>(p, p + info.numel());
-  }
-  std::vector<double> out(static_cast<size_t>(info.numel()));
-  Tensor t(out.data(), DType::f64, Device::cpu, {info.numel()});
-  // read_into checks the full shape, so read through a view of the tensor's own shape.
-  if (info.shape.size() == 1) t = t.view({info.shape[0]});
-  else if (info.shape.size() == 2) t = t.view({info.shape[0], info.shape[1]});
-  else if (info.shape.size() == 3) t = t.view({info.shape[0], info.shape[1], info.shape[2]});
-  reader.read_into(name, t);
-  return out;
-}
-
-// The HF-named tensor `hf_name` cut out of Ingot's flat buffer (host doubles).
-std::vector<double> hf_slice(const std::vector<ParamEntry>& entries, const std::vector<double>& flat,
-                             const std::string& hf_name) {
-  for (const ParamEntry& e : entries)
-    for (const HfPiece& piece : e.pieces)
-      if (piece.hf_name == hf_name) {
-        const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
-        return std::vector<double>(flat.begin() + e.offset + piece.row_begin * cols,
-                                   flat.begin() + e.offset + piece.row_end * cols);
-      }
-  ADD_FAILURE() << "no parameter maps to " << hf_name;
-  return {};
-}
 
 struct FixtureRun {
   double loss = 0;
@@ -65,7 +36,7 @@ FixtureRun run_fixture(const std::string& arch, const std::string& precision) {
   const std::string dir = fixture_dir(arch);
   const ModelConfig config = load_model_config(dir);
   const io::SafeTensorsReader expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
-  const std::vector<double> ids = read_doubles(expected, "input_ids"), labels = read_doubles(expected, "labels");
+  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
   const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
 
   // HF shifts labels inside the loss: position t predicts labels[t+1]; the last position has none.
@@ -112,14 +83,14 @@ void check_fixture(const std::string& arch, const std::string& precision, double
   const io::SafeTensorsReader expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
   const io::SafeTensorsReader weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
 
-  EXPECT_LE(test::relative_error(run.logits, read_doubles(expected, "logits")), logits_tol) << arch << " logits";
-  const double loss = read_doubles(expected, "loss")[0];
+  EXPECT_LE(test::relative_error(run.logits, test::read_fixture_doubles(expected, "logits")), logits_tol) << arch << " logits";
+  const double loss = test::read_fixture_doubles(expected, "loss")[0];
   EXPECT_LE(std::fabs(run.loss - loss) / std::fabs(loss), logits_tol) << arch << " loss " << run.loss << " vs " << loss;
   int checked = 0;
   for (const std::string& name : weights.names()) {
-    const double g = test::relative_error(hf_slice(run.entries, run.grads, name), read_doubles(expected, "grad." + name));
+    const double g = test::relative_error(test::hf_slice(run.entries, run.grads, name), test::read_fixture_doubles(expected, "grad." + name));
     EXPECT_LE(g, grad_tol) << arch << " grad." << name;
-    const double w = test::relative_error(hf_slice(run.entries, run.updated, name), read_doubles(expected, "adamw." + name));
+    const double w = test::relative_error(test::hf_slice(run.entries, run.updated, name), test::read_fixture_doubles(expected, "adamw." + name));
     EXPECT_LE(w, grad_tol) << arch << " adamw." << name;
     ++checked;
   }

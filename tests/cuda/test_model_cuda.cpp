@@ -14,6 +14,7 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
+#include "fixture_util.h"
 #include "test_util.h"
 
 using namespace ingot;
@@ -29,29 +30,6 @@ struct CudaContext {
   ~CudaContext() { cuda::destroy_state(ctx.cuda); }
 };
 
-std::vector<double> read_doubles(const io::SafeTensorsReader& reader, const std::string& name) {
-  const io::SafeTensorInfo& info = reader.get(name);
-  if (info.dtype == DType::i64) {
-    const int64_t* p = static_cast<const int64_t*>(info.data);
-    return std::vector<double>(p, p + info.numel());
-  }
-  std::vector<double> out(static_cast<size_t>(info.numel()));
-  const double* p = static_cast<const double*>(info.data);  // fixtures are F64
-  std::copy(p, p + info.numel(), out.begin());
-  return out;
-}
-
-std::vector<double> hf_slice(const std::vector<ParamEntry>& entries, const std::vector<double>& flat,
-                             const std::string& hf_name) {
-  for (const ParamEntry& e : entries)
-    for (const HfPiece& piece : e.pieces)
-      if (piece.hf_name == hf_name) {
-        const int64_t cols = e.shape.size() > 1 ? e.shape[1] : 1;
-        return std::vector<double>(flat.begin() + e.offset + piece.row_begin * cols,
-                                   flat.begin() + e.offset + piece.row_end * cols);
-      }
-  return {};
-}
 
 }  // namespace
 
@@ -63,7 +41,7 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
   const ModelConfig config = load_model_config(dir);
   const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
   const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
-  const std::vector<double> ids = read_doubles(expected, "input_ids"), labels = read_doubles(expected, "labels");
+  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
   const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
   std::vector<int32_t> input_ids(B * T), targets(B * T), positions(B * T);
   int64_t count = 0;
@@ -83,11 +61,11 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
   const double loss = model.forward_backward(1.0 / static_cast<double>(count)) / static_cast<double>(count);
   const std::vector<double> grads = to_host_doubles(ctx, model.grads());
 
-  EXPECT_LE(test::relative_error(logits, read_doubles(expected, "logits")), 2e-2);
-  const double ref_loss = read_doubles(expected, "loss")[0];
+  EXPECT_LE(test::relative_error(logits, test::read_fixture_doubles(expected, "logits")), 2e-2);
+  const double ref_loss = test::read_fixture_doubles(expected, "loss")[0];
   EXPECT_LE(std::fabs(loss - ref_loss) / ref_loss, 2e-2) << loss << " vs " << ref_loss;
   for (const std::string& name : weights.names())
-    EXPECT_LE(test::relative_error(hf_slice(model.entries(), grads, name), read_doubles(expected, "grad." + name)), 5e-2)
+    EXPECT_LE(test::relative_error(test::hf_slice(model.entries(), grads, name), test::read_fixture_doubles(expected, "grad." + name)), 5e-2)
         << "grad." << name;
 }
 
