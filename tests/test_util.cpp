@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace ingot::test {
 
@@ -34,7 +35,8 @@ std::string binary_path() { return INGOT_BINARY; }
 
 std::string temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
-  fs::path dir = fs::current_path() / "test_tmp" / name;
+  // ctest runs tests as parallel processes: the pid keeps one test's files away from another's.
+  fs::path dir = fs::current_path() / "test_tmp" / (name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir.string();

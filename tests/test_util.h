@@ -38,7 +38,7 @@ void fill_normal(std::vector<T>& v, uint64_t seed, double stddev = 1.0) {
 
 std::string source_dir();      // repository root
 std::string binary_path();     // the built `ingot` CLI
-std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree
+std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process
 
 // Runs a shell command; returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& command, std::string* output);
