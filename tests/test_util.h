@@ -14,7 +14,8 @@ double relative_error(const double* a, const double* b, int64_t n);
 double relative_error(const float* a, const float* b, int64_t n);
 double relative_error(const std::vector<double>& a, const std::vector<double>& b);
 
-// Owning host buffer plus a Tensor view of it.
+// Owning host buffer plus a Tensor view of it. Movable (a moved vector keeps its buffer, so the
+// view stays valid) but not copyable: a copy's view would point at the original's storage.
 template <typename T>
 struct HostTensor {
   std::vector<T> storage;
@@ -25,6 +26,10 @@ struct HostTensor {
     storage.assign(static_cast<size_t>(n), T{});
     tensor = Tensor(storage.data(), dtype, Device::cpu, dims);
   }
+  HostTensor(const HostTensor&) = delete;
+  HostTensor& operator=(const HostTensor&) = delete;
+  HostTensor(HostTensor&&) noexcept = default;
+  HostTensor& operator=(HostTensor&&) noexcept = default;
   T* data() { return storage.data(); }
   int64_t size() const { return static_cast<int64_t>(storage.size()); }
 };
