@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "ingot/core/context.h"
 #include "ingot/core/dtype.h"
 #include "ingot/core/tensor.h"
@@ -101,31 +102,9 @@ class CudaAttention : public ::testing::Test {
     allocations_.push_back(p);
     return Tensor(p, dtype, Device::cuda, dims);
   }
-  void write(Tensor t, const Floats& v) {
-    if (t.dtype == DType::f32) {
-      cuda::copy_to_device(t.data, v.data(), t.bytes(), state_);
-    } else {
-      std::vector<uint16_t> bits(v.size());
-      for (size_t i = 0; i < v.size(); ++i) bits[i] = f32_to_bf16(v[i]);
-      cuda::copy_to_device(t.data, bits.data(), t.bytes(), state_);
-    }
-  }
-  Floats read(const Tensor& t) {
-    Floats out(static_cast<size_t>(t.numel()));
-    if (t.dtype == DType::f32) {
-      cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
-    } else {
-      std::vector<uint16_t> bits(out.size());
-      cuda::copy_to_host(bits.data(), t.data, t.bytes(), state_);
-      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(bits[i]);
-    }
-    return out;
-  }
-  std::vector<uint8_t> read_bytes(const Tensor& t) {
-    std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
-    cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
-    return out;
-  }
+  void write(Tensor t, const Floats& v) { test::write_floats(t, v, state_); }
+  Floats read(const Tensor& t) { return test::read_floats(t, state_); }
+  std::vector<uint8_t> read_bytes(const Tensor& t) { return test::read_bytes(t, state_); }
   void poison(Tensor t) { write(t, Floats(size_t(t.numel()), std::numeric_limits<float>::quiet_NaN())); }
   // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
   void fill_random(Tensor t, uint64_t seed) {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "ingot/core/context.h"
 #include "ingot/core/dtype.h"
 #include "ingot/core/tensor.h"
@@ -177,31 +178,9 @@ class CudaOps : public ::testing::Test {
     cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
     return t;
   }
-  void write(Tensor t, const Floats& values) {
-    if (t.dtype == DType::f32) {
-      cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
-    } else {
-      std::vector<uint16_t> bits(values.size());
-      for (size_t i = 0; i < values.size(); ++i) bits[i] = f32_to_bf16(values[i]);
-      cuda::copy_to_device(t.data, bits.data(), t.bytes(), state_);
-    }
-  }
-  Floats download(const Tensor& t) {
-    Floats out(static_cast<size_t>(t.numel()));
-    if (t.dtype == DType::f32) {
-      cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
-    } else {
-      std::vector<uint16_t> bits(out.size());
-      cuda::copy_to_host(bits.data(), t.data, t.bytes(), state_);
-      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(bits[i]);
-    }
-    return out;
-  }
-  std::vector<uint8_t> download_bytes(const Tensor& t) {
-    std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
-    cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
-    return out;
-  }
+  void write(Tensor t, const Floats& values) { test::write_floats(t, values, state_); }
+  Floats download(const Tensor& t) { return test::read_floats(t, state_); }
+  std::vector<uint8_t> download_bytes(const Tensor& t) { return test::read_bytes(t, state_); }
   // NaN in every element, so that elements an op forgets to write fail the comparison.
   void poison(Tensor t) {
     write(t, Floats(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN()));
