@@ -19,6 +19,7 @@
 #include "ingot/train/bench.h"
 #include "ingot/train/checkpoint.h"
 #include "ingot/train/generate.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/trainer.h"
 
 namespace fs = std::filesystem;
@@ -45,9 +46,7 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
   const Recipe recipe = make_recipe(precision, device, true);
-  const auto use = Transformer::estimate_memory(c, recipe, micro_batch, seq);
-  const int64_t P = total_numel(plan_parameters(c));
-  const int64_t master = AdamW::estimate_master_bytes(P, recipe), state = AdamW::estimate_state_bytes(P, recipe);
+  const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq);
   std::cout << "model:            " << dir << "\n"
             << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
             << ", MLP " << c.intermediate_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads
@@ -57,10 +56,10 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
             << c.rope_theta << (c.rope_scaling.enabled ? ", llama3 rope scaling" : "") << "\n"
             << "parameters:       " << count_parameters(c) << " (matmul weights " << count_matmul_parameters(c) << ")\n"
             << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << precision << ":\n"
-            << "  params " << format_bytes(use.params) << ", grads " << format_bytes(use.grads) << ", master "
-            << format_bytes(master) << ", optimizer " << format_bytes(state) << ", activations "
-            << format_bytes(use.activations) << "\n"
-            << "  total " << format_bytes(use.params + use.grads + master + state + use.activations) << "\n";
+            << "  params " << format_bytes(m.params) << ", grads " << format_bytes(m.grads) << ", master "
+            << format_bytes(m.master) << ", optimizer " << format_bytes(m.optimizer) << ", activations "
+            << format_bytes(m.activations) << "\n"
+            << "  total " << format_bytes(m.total()) << "\n";
   return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "ingot/optim/lr_schedule.h"
 #include "ingot/ops/ops.h"
 #include "ingot/train/checkpoint.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/metrics.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/device.h"
@@ -126,18 +127,12 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
 
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
-  const auto use = Transformer::estimate_memory(model_config, recipe, B, T, c.logits_chunk_tokens);
-  const int64_t P = total_numel(plan_parameters(model_config));
-  const int64_t state_bytes = AdamW::estimate_state_bytes(P, recipe), master_bytes = AdamW::estimate_master_bytes(P, recipe);
-  const int64_t scratch_bytes = ctx.device == Device::cuda ? (int64_t{32} << 20) : 0;
-  const int64_t total = use.params + use.grads + use.activations + state_bytes + master_bytes + scratch_bytes;
+  const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens);
+  const int64_t total = memory.total();
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << recipe.name << "\n"
       << loader.summary() << "\n"
-      << "memory plan: params " << format_bytes(use.params) << " | grads " << format_bytes(use.grads)
-      << " | master " << format_bytes(master_bytes) << " | optimizer " << format_bytes(state_bytes)
-      << " | activations " << format_bytes(use.activations) << " | scratch " << format_bytes(scratch_bytes)
-      << " | total " << format_bytes(total) << "\n";
+      << "memory plan: " << memory.summary() << "\n";
   int64_t available = 0;
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device == Device::cuda) available = cuda::device_memory_free();

@@ -1,0 +1,22 @@
+// The memory a training run needs, per arena category, computed before anything is allocated
+// (the trainer prints it and refuses a run that does not fit; `ingot info` prints it too).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "ingot/model/config.h"
+#include "ingot/recipe/recipe.h"
+
+namespace ingot {
+
+struct TrainingMemory {
+  int64_t params = 0, grads = 0, master = 0, optimizer = 0, activations = 0, scratch = 0;
+  int64_t total() const { return params + grads + master + optimizer + activations + scratch; }
+  // "params X | grads X | master X | optimizer X | activations X | scratch X | total X"
+  std::string summary() const;
+};
+
+TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
+                                        int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0);
+
+}  // namespace ingot
