@@ -87,7 +87,6 @@ void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& m
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
-  const std::string model_file = (fs::path(dir) / "model.safetensors").string();
   if (optimizer.master().present()) {
     io::load_hf_weights(ctx, dir, model.entries(), optimizer.master());
     ops::copy(ctx, model.weights(), optimizer.master());
