@@ -1,6 +1,6 @@
 // Tests of the CPU backend ops, the numerical reference of the engine. One table of OpCases
 // (op_harness.h) drives four checks per case; standalone tests cover accumulate semantics,
-// aliasing, AdamW, sum_squares, copy conversions, argument errors and matmul speed.
+// aliasing, AdamW (adamw_step), sum_to, copy conversions, argument errors and matmul speed.
 //
 // Tolerances (norm-wise relative error ||a-b||/||b||; also listed in docs/ops.md):
 //   backward vs central finite differences, float64, h = 1e-5 ........ <= 1e-6 (all ops)
@@ -625,101 +625,536 @@ TEST(CpuOps, CrossEntropyGradientMayAliasLogits) {
 }
 
 // ---- AdamW ---------------------------------------------------------------------------------------
+//
+// adamw_step against torch written out in double from the hyperparameters: the loss is a sum over
+// `divisor` terms, so p.grad = grad / divisor; torch.nn.utils.clip_grad_norm_(max_norm) scales it
+// by min(1, max_norm / (norm + 1e-6)); torch.optim.AdamW then decays (decayed elements only) and
+// updates. The reference never reads the op's scalars tensor: it recomputes the bias corrections
+// and the decay factor from lr, the betas, weight_decay and the step number.
 
-// Two steps against the formula of ops.h written out by hand in double; float agrees to 1e-6.
-TEST(CpuOps, AdamWMatchesHandComputedTwoSteps) {
+struct AdamWSetting {
+  double lr = 1e-2, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  double divisor = 1;   // grads hold the gradient of a loss sum over this many terms
+  double max_norm = 0;  // clip threshold on the mean-loss gradient's norm; <= 0: none
+};
+
+using Runs = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) element ranges that decay
+
+ops::AdamWConstants constants_of(const AdamWSetting& h) {
+  ops::AdamWConstants c;
+  c.beta1 = h.beta1;
+  c.beta2 = h.beta2;
+  c.eps = h.eps;
+  return c;
+}
+
+// The scalars tensor the host writes before step `step` (1-based). The two slots the op writes
+// start as NaN, so a missing write fails.
+struct AdamWScalars {
+  std::vector<double> s;
+  Tensor t;
+  AdamWScalars(const AdamWSetting& h, int step) : s(ops::kAdamWSlots, std::nan("")) {
+    s[ops::kAdamWStepSize] = h.lr / (1 - std::pow(h.beta1, step));
+    s[ops::kAdamWBiasCorrection2] = std::sqrt(1 - std::pow(h.beta2, step));
+    s[ops::kAdamWDecay] = 1 - h.lr * h.weight_decay;
+    s[ops::kAdamWGradDivisor] = h.divisor;
+    s[ops::kAdamWMaxGradNorm] = h.max_norm;
+    t = Tensor(s.data(), DType::f64, Device::cpu, {int64_t{ops::kAdamWSlots}});
+  }
+  AdamWScalars(const AdamWScalars&) = delete;
+  AdamWScalars& operator=(const AdamWScalars&) = delete;
+  double sum_squares() const { return s[ops::kAdamWSumSquares]; }
+  double grad_norm() const { return s[ops::kAdamWGradNorm]; }
+};
+
+// decay_runs (R,2) i64 on the host. The storage is never empty, so R = 0 is still a present tensor.
+struct DecayRuns {
+  std::vector<int64_t> flat;
+  Tensor t;
+  explicit DecayRuns(const Runs& runs) {
+    for (const auto& [b, e] : runs) {
+      flat.push_back(b);
+      flat.push_back(e);
+    }
+    flat.push_back(-1);  // padding only
+    t = Tensor(flat.data(), DType::i64, Device::cpu, {static_cast<int64_t>(runs.size()), 2});
+  }
+  DecayRuns(const DecayRuns&) = delete;
+  DecayRuns& operator=(const DecayRuns&) = delete;
+};
+
+// p, m, v after the steps, and what the last step reported.
+struct AdamWState {
+  Values p, m, v;
+  double sum_squares = 0, grad_norm = 0;
+};
+
+// torch in double, from m = v = 0: one step per entry of grads (steps 1, 2, ...).
+AdamWState adamw_reference(const Values& p0, const std::vector<Values>& grads, const Runs& runs,
+                           const AdamWSetting& h) {
+  const int64_t n = static_cast<int64_t>(p0.size());
+  std::vector<bool> decays(static_cast<size_t>(n), false);
+  for (const auto& [b, e] : runs)
+    for (int64_t i = b; i < e; ++i) decays[i] = true;
+  AdamWState s{p0, Values(n, 0.0), Values(n, 0.0)};
+  for (size_t k = 0; k < grads.size(); ++k) {
+    const int step = static_cast<int>(k) + 1;
+    long double ss = 0;
+    for (double g : grads[k]) ss += static_cast<long double>(g) * g;
+    s.sum_squares = static_cast<double>(ss);
+    s.grad_norm = std::sqrt(s.sum_squares) / h.divisor;  // norm of the mean-loss gradient
+    const double clip = h.max_norm > 0 ? std::min(1.0, h.max_norm / (s.grad_norm + 1e-6)) : 1.0;
+    const double bc1 = 1 - std::pow(h.beta1, step), bc2 = 1 - std::pow(h.beta2, step);
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = grads[k][i] / h.divisor * clip;
+      if (decays[i]) s.p[i] *= 1 - h.lr * h.weight_decay;
+      s.m[i] = h.beta1 * s.m[i] + (1 - h.beta1) * g;
+      s.v[i] = h.beta2 * s.v[i] + (1 - h.beta2) * g * g;
+      s.p[i] -= (h.lr / bc1) * s.m[i] / (std::sqrt(s.v[i]) / std::sqrt(bc2) + h.eps);
+    }
+  }
+  return s;
+}
+
+// adamw_step on host buffers of dtype dt (f32 or f64, no master), from m = v = 0.
+AdamWState adamw_op(Context& ctx, DType dt, const Values& p0, const std::vector<Values>& grads,
+                    const Runs& runs, const AdamWSetting& h) {
+  const int64_t n = static_cast<int64_t>(p0.size());
+  Buffer p(dt, {n}, &p0), m(dt, {n}), v(dt, {n});
+  DecayRuns decay(runs);
+  AdamWState s;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    Buffer g(dt, {n}, &grads[k]);
+    AdamWScalars scalars(h, static_cast<int>(k) + 1);
+    ops::adamw_step(ctx, p.t, g.t, m.t, v.t, Tensor(), decay.t, scalars.t, constants_of(h));
+    s.sum_squares = scalars.sum_squares();
+    s.grad_norm = scalars.grad_norm();
+  }
+  s.p = p.values();
+  s.m = m.values();
+  s.v = v.values();
+  return s;
+}
+
+// The master-weights path: params bf16 (poisoned with NaN first: they are written, never read),
+// master/m/v f32, grads f32 or bf16 (the values of `grads` rounded to grad_dt).
+struct AdamWMasterState {
+  std::vector<float> master, m, v;
+  std::vector<uint16_t> params;
+  double sum_squares = 0, grad_norm = 0;
+};
+
+AdamWMasterState adamw_master_op(Context& ctx, DType grad_dt, const Values& p0,
+                                 const std::vector<Values>& grads, const Runs& runs,
+                                 const AdamWSetting& h) {
+  const int64_t n = static_cast<int64_t>(p0.size());
+  AdamWMasterState s;
+  s.master.assign(p0.begin(), p0.end());
+  s.m.assign(static_cast<size_t>(n), 0.f);
+  s.v.assign(static_cast<size_t>(n), 0.f);
+  s.params.assign(static_cast<size_t>(n), uint16_t{0x7fc0});  // bf16 NaN
+  Tensor master_t(s.master.data(), DType::f32, Device::cpu, {n});
+  Tensor params_t(s.params.data(), DType::bf16, Device::cpu, {n});
+  Tensor m_t(s.m.data(), DType::f32, Device::cpu, {n}), v_t(s.v.data(), DType::f32, Device::cpu, {n});
+  DecayRuns decay(runs);
+  for (size_t k = 0; k < grads.size(); ++k) {
+    std::vector<float> gf(grads[k].begin(), grads[k].end());
+    std::vector<uint16_t> gb(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) gb[i] = f32_to_bf16(gf[i]);
+    Tensor g_t = grad_dt == DType::bf16 ? Tensor(gb.data(), DType::bf16, Device::cpu, {n})
+                                        : Tensor(gf.data(), DType::f32, Device::cpu, {n});
+    AdamWScalars scalars(h, static_cast<int>(k) + 1);
+    ops::adamw_step(ctx, params_t, g_t, m_t, v_t, master_t, decay.t, scalars.t, constants_of(h));
+    s.sum_squares = scalars.sum_squares();
+    s.grad_norm = scalars.grad_norm();
+  }
+  return s;
+}
+
+// The values a buffer of dtype dt holds (f32: each rounded once), so that the reference sees
+// exactly the op's inputs.
+Values as_stored(const Values& x, DType dt) {
+  if (dt != DType::f32) return x;
+  Values r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = static_cast<float>(x[i]);
+  return r;
+}
+
+std::vector<Values> as_stored(const std::vector<Values>& xs, DType dt) {
+  std::vector<Values> r;
+  for (const Values& x : xs) r.push_back(as_stored(x, dt));
+  return r;
+}
+
+Values round_bf16(const Values& x) {
+  Values r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(static_cast<float>(x[i])));
+  return r;
+}
+
+// p, m, v norm-wise within tol; the reported sum of squares and gradient norm within scalar_tol.
+void expect_adamw_close(const AdamWState& got, const AdamWState& want, double tol,
+                        const std::string& what, double scalar_tol = 1e-14) {
+  EXPECT_LE(relative_error(got.p, want.p), tol) << what << ": p";
+  EXPECT_LE(relative_error(got.m, want.m), tol) << what << ": m";
+  EXPECT_LE(relative_error(got.v, want.v), tol) << what << ": v";
+  EXPECT_NEAR(got.sum_squares, want.sum_squares, scalar_tol * want.sum_squares)
+      << what << ": kAdamWSumSquares";
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, scalar_tol * want.grad_norm) << what << ": kAdamWGradNorm";
+}
+
+// How many elements of a float vector differ from a double vector (exact comparison; NaN differs).
+int64_t mismatches(const std::vector<float>& a, const Values& b) {
+  int64_t count = 0;
+  for (size_t i = 0; i < a.size(); ++i) count += !(static_cast<double>(a[i]) == b[i]);
+  return count;
+}
+
+template <typename Fn>
+void expect_error_naming(Fn&& fn, const std::vector<std::string>& needles, const std::string& what) {
+  try {
+    fn();
+    ADD_FAILURE() << what << ": no error";
+  } catch (const Error& e) {
+    for (const std::string& needle : needles)
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << what << ": error does not name " << needle << ": " << e.what();
+  }
+}
+
+// Two steps against the reference, f64 (1e-15) and f32 (1e-6), at 1 and 2 threads: decay over the
+// whole buffer with divisor 2 and no clipping; two decay runs (the second ending mid-buffer) with
+// divisor 3 and a max norm above the gradient norm (clip = 1).
+TEST(CpuOps, AdamWStepMatchesTorchTwoSteps) {
   const int64_t n = 37;
   Values p0(n), g1(n), g2(n);
   fill_normal(p0, 31);
   fill_normal(g1, 32);
   fill_normal(g2, 33);
-  ops::AdamWHyper hyper;
-  hyper.lr = 1e-2;
-  hyper.beta1 = 0.9;
-  hyper.beta2 = 0.95;
-  hyper.eps = 1e-8;
-  hyper.weight_decay = 0.1;
-  hyper.grad_scale = 0.5;
-  // Reference.
-  Values p = p0, m(n, 0.0), v(n, 0.0);
-  for (int step = 1; step <= 2; ++step) {
-    const Values& g = step == 1 ? g1 : g2;
-    for (int64_t i = 0; i < n; ++i) {
-      const double gi = g[i] * hyper.grad_scale;
-      p[i] *= 1 - hyper.lr * hyper.weight_decay;
-      m[i] = hyper.beta1 * m[i] + (1 - hyper.beta1) * gi;
-      v[i] = hyper.beta2 * v[i] + (1 - hyper.beta2) * gi * gi;
-      const double bc1 = 1 - std::pow(hyper.beta1, step), bc2 = 1 - std::pow(hyper.beta2, step);
-      p[i] -= (hyper.lr / bc1) * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + hyper.eps);
+  struct Config {
+    Runs runs;
+    double divisor, max_norm;
+  };
+  const Config configs[] = {{{{0, n}}, 2.0, 0.0}, {{{4, 17}, {20, 30}}, 3.0, 100.0}};
+  for (const Config& c : configs) {
+    AdamWSetting h;
+    h.divisor = c.divisor;
+    h.max_norm = c.max_norm;
+    for (int threads : {1, 2}) {
+      Context ctx = cpu_context(threads);
+      for (DType dt : {DType::f64, DType::f32}) {
+        const std::string what = std::string(dtype_name(dt)) + " divisor " + std::to_string(c.divisor) +
+                                 " threads " + std::to_string(threads);
+        const AdamWState want = adamw_reference(as_stored(p0, dt), as_stored({g1, g2}, dt), c.runs, h);
+        ASSERT_LT(want.grad_norm, 100.0);  // config 2 must not clip
+        expect_adamw_close(adamw_op(ctx, dt, p0, {g1, g2}, c.runs, h), want,
+                           dt == DType::f64 ? 1e-15 : 1e-6, what);
+      }
     }
-  }
-  for (int threads : {1, 2}) {
-    Context ctx = cpu_context(threads);
-    for (DType dt : {DType::f64, DType::f32}) {
-      Buffer pb(dt, {n}, &p0), mb(dt, {n}), vb(dt, {n}), gb1(dt, {n}, &g1), gb2(dt, {n}, &g2);
-      ops::AdamWHyper h = hyper;
-      h.step = 1;
-      ops::adamw_update(ctx, pb.t, gb1.t, mb.t, vb.t, Tensor(), h);
-      h.step = 2;
-      ops::adamw_update(ctx, pb.t, gb2.t, mb.t, vb.t, Tensor(), h);
-      const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
-      EXPECT_LE(relative_error(pb.values(), p), tol) << dtype_name(dt);
-      EXPECT_LE(relative_error(mb.values(), m), tol) << dtype_name(dt);
-      EXPECT_LE(relative_error(vb.values(), v), tol) << dtype_name(dt);
-    }
-  }
-  // Master weights: the update runs on the f32 master; param (bf16) receives its rounded copy.
-  Context ctx = cpu_context(2);
-  std::vector<float> master(p0.begin(), p0.end()), mm(n, 0.f), vv(n, 0.f), g1f(g1.begin(), g1.end());
-  std::vector<uint16_t> param(n);
-  for (int64_t i = 0; i < n; ++i) param[i] = f32_to_bf16(master[i]);
-  Tensor master_t(master.data(), DType::f32, Device::cpu, {n});
-  Tensor param_t(param.data(), DType::bf16, Device::cpu, {n});
-  Tensor m_t(mm.data(), DType::f32, Device::cpu, {n}), v_t(vv.data(), DType::f32, Device::cpu, {n});
-  Tensor g_t(g1f.data(), DType::f32, Device::cpu, {n});
-  Buffer plain(DType::f32, {n}, &p0), pm(DType::f32, {n}), pv(DType::f32, {n}), pg(DType::f32, {n}, &g1);
-  ops::AdamWHyper h = hyper;
-  ops::adamw_update(ctx, param_t, g_t, m_t, v_t, master_t, h);
-  ops::adamw_update(ctx, plain.t, pg.t, pm.t, pv.t, Tensor(), h);
-  const Values want = plain.values();
-  for (int64_t i = 0; i < n; ++i) {
-    EXPECT_EQ(static_cast<double>(master[i]), want[i]);
-    EXPECT_EQ(param[i], f32_to_bf16(master[i]));
   }
 }
 
-// With a zero gradient the step is pure decoupled weight decay: p * (1 - lr*wd), exactly.
-TEST(CpuOps, AdamWWeightDecayOnly) {
+// Master weights: the update runs on the f32 master and params (bf16, poisoned) receive its
+// rounded copy. Master, m, v and the reported scalars equal the plain f32 path on the same values
+// bit for bit, with f32 grads and with bf16 grads; decay runs and clipping active.
+TEST(CpuOps, AdamWStepMasterWeightsMatchPlainF32) {
+  const int64_t n = 37;
+  Values p0(n), g1(n), g2(n);
+  fill_normal(p0, 34);
+  fill_normal(g1, 35);
+  fill_normal(g2, 36);
+  const Runs runs = {{5, 20}, {25, 37}};
+  AdamWSetting h;
+  h.divisor = 2;
+  h.max_norm = 0.5;
   Context ctx = cpu_context(2);
-  const int64_t n = 10;
+  for (DType grad_dt : {DType::f32, DType::bf16}) {
+    const std::string what = "grads " + std::string(dtype_name(grad_dt));
+    // The gradient values as grad_dt holds them; the plain path gets the same values in f32.
+    const std::vector<Values> grads = grad_dt == DType::bf16
+                                          ? std::vector<Values>{round_bf16(g1), round_bf16(g2)}
+                                          : std::vector<Values>{g1, g2};
+    const AdamWState plain = adamw_op(ctx, DType::f32, p0, grads, runs, h);
+    ASSERT_GT(plain.grad_norm, h.max_norm) << "the clip must be active";
+    const AdamWMasterState got = adamw_master_op(ctx, grad_dt, p0, grads, runs, h);
+    EXPECT_EQ(mismatches(got.master, plain.p), 0) << what << ": master differs from plain f32 params";
+    EXPECT_EQ(mismatches(got.m, plain.m), 0) << what << ": m";
+    EXPECT_EQ(mismatches(got.v, plain.v), 0) << what << ": v";
+    int64_t bad_params = 0;
+    for (int64_t i = 0; i < n; ++i) bad_params += got.params[i] != f32_to_bf16(got.master[i]);
+    EXPECT_EQ(bad_params, 0) << what << ": params are not the rounded master";
+    EXPECT_EQ(got.sum_squares, plain.sum_squares) << what;
+    EXPECT_EQ(got.grad_norm, plain.grad_norm) << what;
+    // And the plain path itself against torch.
+    expect_adamw_close(plain, adamw_reference(as_stored(p0, DType::f32), as_stored(grads, DType::f32), runs, h),
+                       1e-6, what);
+  }
+}
+
+// With a zero gradient the step is pure decoupled weight decay, and only inside decay_runs:
+// p * (1 - lr*wd) exactly inside the runs, p unchanged outside. Runs: none; one ending mid-buffer;
+// two with gaps around them; the whole buffer; an empty run followed by touching runs.
+TEST(CpuOps, AdamWStepDecaysOnlyInsideDecayRuns) {
+  Context ctx = cpu_context(2);
+  const int64_t n = 13;
   Values p0(n), zeros(n, 0.0);
   fill_normal(p0, 41);
-  ops::AdamWHyper h;
+  AdamWSetting h;
   h.lr = 3e-3;
   h.weight_decay = 0.1;
-  h.step = 3;
-  Buffer p(DType::f64, {n}, &p0), g(DType::f64, {n}, &zeros), m(DType::f64, {n}), v(DType::f64, {n});
-  ops::adamw_update(ctx, p.t, g.t, m.t, v.t, Tensor(), h);
-  const Values got = p.values();
-  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(got[i], p0[i] * (1 - h.lr * h.weight_decay));
+  h.max_norm = 1.0;  // a zero norm must not clip (or divide by zero)
+  const double decay = 1 - h.lr * h.weight_decay;
+  const Runs cases[] = {{}, {{0, 6}}, {{2, 5}, {7, 10}}, {{0, n}}, {{3, 3}, {3, 8}, {8, 13}}};
+  for (const Runs& runs : cases) {
+    std::vector<bool> inside(static_cast<size_t>(n), false);
+    std::string what = "runs";
+    for (const auto& [b, e] : runs) {
+      for (int64_t i = b; i < e; ++i) inside[i] = true;
+      what += " [" + std::to_string(b) + "," + std::to_string(e) + ")";
+    }
+    for (DType dt : {DType::f64, DType::f32}) {
+      Buffer p(dt, {n}, &p0), g(dt, {n}, &zeros), m(dt, {n}), v(dt, {n});
+      DecayRuns decay_runs(runs);
+      AdamWScalars scalars(h, 3);
+      ops::adamw_step(ctx, p.t, g.t, m.t, v.t, Tensor(), decay_runs.t, scalars.t, constants_of(h));
+      const Values got = p.values();
+      for (int64_t i = 0; i < n; ++i) {
+        double want = p0[i];
+        if (dt == DType::f64 && inside[i]) want = p0[i] * decay;
+        if (dt == DType::f32)
+          want = inside[i] ? static_cast<float>(p0[i]) * static_cast<float>(decay) : static_cast<float>(p0[i]);
+        EXPECT_EQ(got[i], want) << what << " " << dtype_name(dt) << " element " << i
+                                << (inside[i] ? " (inside)" : " (outside)");
+      }
+      EXPECT_EQ(m.values(), Values(n, 0.0)) << what;
+      EXPECT_EQ(v.values(), Values(n, 0.0)) << what;
+      EXPECT_EQ(scalars.sum_squares(), 0.0) << what;
+      EXPECT_EQ(scalars.grad_norm(), 0.0) << what;
+    }
+  }
 }
 
-// ---- sum_squares, copy, errors -------------------------------------------------------------------
+// Clipping (clip_grad_norm_ on the mean-loss gradient): with max_norm below the norm the step uses
+// g * (max_norm / (norm + 1e-6)) / divisor; kAdamWGradNorm holds the unclipped sqrt(sum g^2) /
+// divisor; after step 1 (m = (1-b1) g) the clipped gradient's norm is max_norm * norm/(norm+1e-6).
+// With max_norm above the norm the step equals the unclipped one.
+TEST(CpuOps, AdamWStepClipsToMaxNorm) {
+  Context ctx = cpu_context(2);
+  const int64_t n = 300;
+  Values p0(n), g0(n);
+  fill_normal(p0, 45);
+  fill_normal(g0, 46);
+  const Runs runs = {{0, 100}, {150, 290}};
+  for (DType dt : {DType::f64, DType::f32}) {
+    const std::string what(dtype_name(dt));
+    const double tol = dt == DType::f64 ? 1e-15 : 1e-6;
+    const Values g = as_stored(g0, dt), p = as_stored(p0, dt);
+    AdamWSetting h;
+    h.divisor = 4;
+    long double ss = 0;
+    for (double e : g) ss += static_cast<long double>(e) * e;
+    const double norm = std::sqrt(static_cast<double>(ss)) / h.divisor;  // about 4.3
+    AdamWSetting clipped = h;
+    clipped.max_norm = 0.05 * norm;
+    const AdamWState got = adamw_op(ctx, dt, p0, {g0}, runs, clipped);
+    EXPECT_NEAR(got.grad_norm, norm, 1e-14 * norm) << what << ": kAdamWGradNorm is the unclipped norm";
+    EXPECT_NEAR(got.sum_squares, static_cast<double>(ss), 1e-14 * static_cast<double>(ss)) << what;
+    expect_adamw_close(got, adamw_reference(p, {g}, runs, clipped), tol, what + " clipped");
+    // The formula written out: step 1's m is (1-b1) * g * (max / (norm + 1e-6)) / divisor.
+    const double coef = clipped.max_norm / (norm + 1e-6) / h.divisor;
+    Values m_want(n);
+    for (int64_t i = 0; i < n; ++i) m_want[i] = (1 - h.beta1) * g[i] * coef;
+    EXPECT_LE(relative_error(got.m, m_want), tol) << what << ": m after a clipped step";
+    double m_norm = 0;
+    for (double e : got.m) m_norm += e * e;
+    m_norm = std::sqrt(m_norm) / (1 - h.beta1);
+    EXPECT_NEAR(m_norm, clipped.max_norm * norm / (norm + 1e-6), tol * clipped.max_norm)
+        << what << ": the clipped gradient's norm";
+    // The clip matters: the unclipped update is far away.
+    const AdamWState unclipped = adamw_reference(p, {g}, runs, h);
+    EXPECT_GT(relative_error(got.m, unclipped.m), 0.5) << what;
+    // A max norm above the norm clips nothing.
+    AdamWSetting loose = h;
+    loose.max_norm = 2 * norm;
+    expect_adamw_close(adamw_op(ctx, dt, p0, {g0}, runs, loose), unclipped, tol, what + " max norm above the norm");
+  }
+}
 
-TEST(CpuOps, SumSquaresIsAccurateAndThreadInvariant) {
-  const int64_t n = 100003;
-  Values x(n);
-  fill_normal(x, 51);
-  Buffer xd(DType::f64, {n}, &x), xf(DType::f32, {n}, &x);
-  long double want = 0;
-  for (double e : x) want += static_cast<long double>(e) * e;
+// The divisor: grads of a loss summed over k terms (k * g) with divisor k step like g with divisor
+// 1, with and without clipping, within rounding (k * g is rounded once more).
+TEST(CpuOps, AdamWStepGradDivisorMeansLossSum) {
+  Context ctx = cpu_context(2);
+  const int64_t n = 300;
+  const double k = 37;
+  Values p0(n), g1(n), g2(n);
+  fill_normal(p0, 47);
+  fill_normal(g1, 48);
+  fill_normal(g2, 49);
+  Values kg1 = g1, kg2 = g2;
+  for (auto& e : kg1) e *= k;
+  for (auto& e : kg2) e *= k;
+  const Runs runs = {{10, 200}};
+  for (double max_norm : {0.0, 1.0}) {  // the mean gradient's norm is about 17: 1.0 clips
+    AdamWSetting mean;
+    mean.max_norm = max_norm;
+    AdamWSetting sum = mean;
+    sum.divisor = k;
+    for (DType dt : {DType::f64, DType::f32}) {
+      const std::string what = std::string(dtype_name(dt)) + " max_norm " + std::to_string(max_norm);
+      const double tol = dt == DType::f64 ? 1e-14 : 1e-6;
+      const AdamWState a = adamw_op(ctx, dt, p0, {g1, g2}, runs, mean);
+      const AdamWState b = adamw_op(ctx, dt, p0, {kg1, kg2}, runs, sum);
+      EXPECT_LE(relative_error(b.p, a.p), tol) << what << ": p";
+      EXPECT_LE(relative_error(b.m, a.m), tol) << what << ": m";
+      EXPECT_LE(relative_error(b.v, a.v), tol) << what << ": v";
+      EXPECT_NEAR(b.grad_norm, a.grad_norm, tol * a.grad_norm) << what << ": kAdamWGradNorm";
+      EXPECT_NEAR(b.sum_squares, k * k * a.sum_squares, tol * k * k * a.sum_squares) << what;
+      expect_adamw_close(a, adamw_reference(as_stored(p0, dt), as_stored({g1, g2}, dt), runs, mean),
+                         dt == DType::f64 ? 1e-15 : 1e-6, what);
+    }
+  }
+}
+
+// Bit-identical results for 1, 2 and 3 threads over several sum-of-squares chunks: f64, f32 and
+// the bf16-params + f32-master path, with decay runs and clipping.
+TEST(CpuOps, AdamWStepThreadCountInvariant) {
+  const int64_t n = 10007;
+  Values p0(n), g1(n), g2(n);
+  fill_normal(p0, 37);
+  fill_normal(g1, 38);
+  fill_normal(g2, 39);
+  const Runs runs = {{0, 64}, {128, 4200}, {9000, 10000}};
+  AdamWSetting h;
+  h.divisor = 5;
+  h.max_norm = 1.0;
+  Context one = cpu_context(1);
+  for (DType dt : {DType::f64, DType::f32}) {
+    const AdamWState base = adamw_op(one, dt, p0, {g1, g2}, runs, h);
+    for (int threads : {2, 3}) {
+      Context ctx = cpu_context(threads);
+      const AdamWState other = adamw_op(ctx, dt, p0, {g1, g2}, runs, h);
+      const std::string what = std::string(dtype_name(dt)) + " threads " + std::to_string(threads);
+      EXPECT_TRUE(bit_identical(other.p, base.p)) << what;
+      EXPECT_TRUE(bit_identical(other.m, base.m)) << what;
+      EXPECT_TRUE(bit_identical(other.v, base.v)) << what;
+      EXPECT_EQ(other.sum_squares, base.sum_squares) << what;
+      EXPECT_EQ(other.grad_norm, base.grad_norm) << what;
+    }
+  }
+  const AdamWMasterState base = adamw_master_op(one, DType::bf16, p0, {g1, g2}, runs, h);
+  for (int threads : {2, 3}) {
+    Context ctx = cpu_context(threads);
+    const AdamWMasterState other = adamw_master_op(ctx, DType::bf16, p0, {g1, g2}, runs, h);
+    EXPECT_TRUE(other.master == base.master) << "master, threads " << threads;
+    EXPECT_TRUE(other.m == base.m && other.v == base.v) << "m/v, threads " << threads;
+    EXPECT_TRUE(other.params == base.params) << "params, threads " << threads;
+    EXPECT_EQ(other.sum_squares, base.sum_squares) << threads;
+  }
+}
+
+// Bad decay_runs are rejected with an error naming adamw_step and decay_runs: unsorted,
+// overlapping, reversed, past the end, negative, wrong shape, wrong dtype, absent. A gradient
+// divisor <= 0 is rejected too.
+TEST(CpuOps, AdamWStepRejectsBadDecayRuns) {
+  Context ctx = cpu_context(1);
+  const int64_t n = 16;
+  const Values p0(n, 1.0), g0(n, 0.5);
+  Buffer p(DType::f32, {n}, &p0), g(DType::f32, {n}, &g0), m(DType::f32, {n}), v(DType::f32, {n});
+  auto step = [&](Tensor decay_runs, const AdamWSetting& h) {
+    AdamWScalars scalars(h, 1);
+    ops::adamw_step(ctx, p.t, g.t, m.t, v.t, Tensor(), decay_runs, scalars.t, constants_of(h));
+  };
+  const AdamWSetting h;
+  const Runs bad[] = {{{8, 12}, {0, 4}}, {{0, 6}, {4, 10}}, {{6, 2}}, {{0, n + 1}}, {{12, 20}}, {{-1, 4}}};
+  for (const Runs& runs : bad) {
+    DecayRuns d(runs);
+    expect_error_naming([&] { step(d.t, h); }, {"adamw_step", "decay_runs"},
+                        "runs [" + std::to_string(runs[0].first) + "," + std::to_string(runs[0].second) + ")...");
+  }
+  std::vector<int64_t> six = {0, 2, 4, 6, 8, 10};
+  expect_error_naming([&] { step(Tensor(six.data(), DType::i64, Device::cpu, {2, 3}), h); },
+                      {"adamw_step", "decay_runs"}, "shape (2,3)");
+  std::vector<int32_t> narrow = {0, 4};
+  expect_error_naming([&] { step(Tensor(narrow.data(), DType::i32, Device::cpu, {1, 2}), h); },
+                      {"adamw_step", "decay_runs"}, "dtype i32");
+  expect_error_naming([&] { step(Tensor(), h); }, {"adamw_step", "decay_runs"}, "absent");
+  DecayRuns good({{0, 4}, {8, n}});
+  EXPECT_NO_THROW(step(good.t, h));
+  AdamWSetting zero_divisor = h;
+  zero_divisor.divisor = 0;
+  expect_error_naming([&] { step(good.t, zero_divisor); }, {"adamw_step", "divisor"}, "divisor 0");
+}
+
+// ---- sum_to, copy, errors ------------------------------------------------------------------------
+
+// A host tensor of any float dtype, filled from doubles; values() is what it holds.
+struct FloatBuffer {
+  DType dtype;
+  Values f64;
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  Tensor t;
+  FloatBuffer(DType dt, const Values& x) : dtype(dt) {
+    const int64_t n = static_cast<int64_t>(x.size());
+    void* data = nullptr;
+    switch (dt) {
+      case DType::f64: f64 = x; f64.push_back(0); data = f64.data(); break;
+      case DType::f32: f32.assign(x.begin(), x.end()); f32.push_back(0); data = f32.data(); break;
+      default:
+        for (double e : x)
+          half.push_back(dt == DType::bf16 ? f32_to_bf16(static_cast<float>(e)) : f32_to_f16(static_cast<float>(e)));
+        half.push_back(0);
+        data = half.data();
+    }
+    // One padding element keeps data non-null (a present tensor) when x is empty.
+    t = Tensor(data, dt, Device::cpu, {n});
+  }
+  FloatBuffer(const FloatBuffer&) = delete;
+  Values values() const {
+    Values r;
+    const size_t n = static_cast<size_t>(t.numel());
+    for (size_t i = 0; i < n; ++i)
+      r.push_back(dtype == DType::f64   ? f64[i]
+                  : dtype == DType::f32 ? f32[i]
+                  : dtype == DType::bf16 ? bf16_to_f32(half[i])
+                                         : f16_to_f32(half[i]));
+    return r;
+  }
+};
+
+// sum_to against a long-double sum of the stored values (relative 1e-12), for f64, f32, bf16 and
+// f16 inputs from empty to several chunks. Overwrite replaces a NaN; accumulate adds to what out
+// holds (twice: twice); results are bit-identical for 1, 2 and 3 threads.
+TEST(CpuOps, SumToMatchesDoubleReferenceAndAccumulates) {
   Context one = cpu_context(1), two = cpu_context(2), three = cpu_context(3);
-  const double got = ops::sum_squares(one, xd.t);
-  EXPECT_NEAR(got, static_cast<double>(want), 1e-12 * static_cast<double>(want));
-  EXPECT_EQ(got, ops::sum_squares(two, xd.t));
-  EXPECT_EQ(got, ops::sum_squares(three, xd.t));
-  EXPECT_EQ(ops::sum_squares(one, xf.t), ops::sum_squares(three, xf.t));
-  EXPECT_NEAR(ops::sum_squares(one, xf.t), got, 1e-6 * got);
+  for (int64_t n : {100003, 4097, 4096, 1, 0}) {
+    Values x(n);
+    fill_normal(x, 51 + static_cast<uint64_t>(n));
+    for (auto& e : x) e += 0.5;  // mean 0.5: the sum stays far from zero
+    for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+      const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n);
+      FloatBuffer xb(dt, x);
+      long double sum = 0;
+      for (double e : xb.values()) sum += e;
+      const double want = static_cast<double>(sum);
+      double out = std::nan("");
+      Tensor out_t(&out, DType::f64, Device::cpu, {1});
+      ops::sum_to(one, out_t, xb.t, /*accumulate=*/false);
+      EXPECT_NEAR(out, want, 1e-12 * std::fabs(want)) << what;
+      const double first = out;
+      for (Context* ctx : {&two, &three}) {
+        out = std::nan("");
+        ops::sum_to(*ctx, out_t, xb.t, false);
+        EXPECT_EQ(out, first) << what << ": threads " << ctx->num_threads;
+      }
+      const double start = 1234.5;
+      out = start;
+      ops::sum_to(three, out_t, xb.t, /*accumulate=*/true);
+      EXPECT_NEAR(out, start + want, 1e-12 * (start + std::fabs(want))) << what << ": accumulate";
+      ops::sum_to(two, out_t, xb.t, true);
+      EXPECT_NEAR(out, start + 2 * want, 1e-12 * (start + 2 * std::fabs(want))) << what << ": accumulate twice";
+    }
+  }
 }
 
 TEST(CpuOps, CopyConvertsBetweenDtypes) {

@@ -13,7 +13,9 @@
 //   | f32 statistics from bf16 operands: rstd, lse, losses         | 1e-4      |
 //   | f32 parameter grads from bf16 operands (sum order differs)   | 1e-4      |
 //   | f32 outputs from f32 operands: adamw master/m/v, all-f32 adamw| 1e-5      |
-//   | sum_squares (f64 accumulation of bf16 values)                | 1e-6      |
+//   | f64 sums of bf16/f32 values: sum_to, sum_squares_async, and  | 1e-12     |
+//   |   adamw_step's sum of squares and gradient norm              |           |
+//   | adamw_step with a zero gradient (pure decay, vs host f32)    | exact     |
 //   | zero, copy, graph replay, determinism                        | exact     |
 //
 // Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaPerf.*' prints GB/s or
@@ -29,6 +31,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.h"
@@ -47,6 +50,7 @@ constexpr double kTolBf16 = 1e-2;
 constexpr double kTolStat = 1e-4;
 constexpr double kTolGradF32 = 1e-4;
 constexpr double kTolF32 = 1e-5;
+constexpr double kTolSum = 1e-12;
 
 using Floats = std::vector<float>;
 using Dims = std::vector<int64_t>;
@@ -114,6 +118,24 @@ struct HostI32 {
   HostI32(const HostI32&) = delete;
 };
 
+struct HostF64 {
+  std::vector<double> v;
+  Tensor t;
+  HostF64(std::vector<double> values, const Dims& dims) : v(std::move(values)) {
+    t = make_tensor(v.data(), DType::f64, Device::cpu, dims);
+  }
+  HostF64(const HostF64&) = delete;
+};
+
+struct HostI64 {
+  std::vector<int64_t> v;
+  Tensor t;
+  HostI64(std::vector<int64_t> values, const Dims& dims) : v(std::move(values)) {
+    t = make_tensor(v.data(), DType::i64, Device::cpu, dims);
+  }
+  HostI64(const HostI64&) = delete;
+};
+
 ::testing::AssertionResult close(const Floats& cuda_values, const Floats& cpu_values, double tol,
                                  const std::string& what) {
   if (cuda_values.size() != cpu_values.size())
@@ -177,6 +199,26 @@ class CudaOps : public ::testing::Test {
     Tensor t = alloc(DType::i32, dims);
     cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
     return t;
+  }
+  Tensor upload_i64(const std::vector<int64_t>& values, const Dims& dims) {
+    Tensor t = alloc(DType::i64, dims);
+    EXPECT_GE(static_cast<int64_t>(values.size()), t.numel());
+    cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
+    return t;
+  }
+  Tensor upload_f64(const std::vector<double>& values, const Dims& dims) {
+    Tensor t = alloc(DType::f64, dims);
+    write_f64(t, values);
+    return t;
+  }
+  void write_f64(Tensor t, const std::vector<double>& values) {
+    EXPECT_EQ(static_cast<int64_t>(values.size()), t.numel());
+    cuda::copy_to_device(t.data, values.data(), t.bytes(), state_);
+  }
+  std::vector<double> download_f64(const Tensor& t) {
+    std::vector<double> out(static_cast<size_t>(t.numel()));
+    cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
+    return out;
   }
   void write(Tensor t, const Floats& values) { test::write_floats(t, values, state_); }
   Floats download(const Tensor& t) { return test::read_floats(t, state_); }
@@ -538,70 +580,293 @@ TEST_F(CudaOps, CrossEntropy) {
 
 // ---- optimizer --------------------------------------------------------------------------------
 
+using Runs = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) element ranges that decay
+
+struct AdamWSetting {
+  double lr = 1e-2, weight_decay = 0.1;
+  int step = 3;
+  double divisor = 2;   // grads hold the gradient of a loss sum over this many terms
+  double max_norm = 0;  // <= 0: no clipping
+  ops::AdamWConstants constants;  // beta1 0.9, beta2 0.999, eps 1e-8
+};
+
+// The scalars the host writes before a step; the two slots the op writes start as NaN.
+std::vector<double> adamw_scalars(const AdamWSetting& h) {
+  std::vector<double> s(ops::kAdamWSlots, std::numeric_limits<double>::quiet_NaN());
+  s[ops::kAdamWStepSize] = h.lr / (1 - std::pow(h.constants.beta1, h.step));
+  s[ops::kAdamWBiasCorrection2] = std::sqrt(1 - std::pow(h.constants.beta2, h.step));
+  s[ops::kAdamWDecay] = 1 - h.lr * h.weight_decay;
+  s[ops::kAdamWGradDivisor] = h.divisor;
+  s[ops::kAdamWMaxGradNorm] = h.max_norm;
+  return s;
+}
+
+// decay_runs (R,2) flattened, plus one padding pair so that R = 0 still has storage.
+std::vector<int64_t> flat_runs(const Runs& runs) {
+  std::vector<int64_t> flat;
+  for (const auto& [b, e] : runs) {
+    flat.push_back(b);
+    flat.push_back(e);
+  }
+  flat.push_back(-1);
+  flat.push_back(-1);
+  return flat;
+}
+
+// adamw_step against its CPU twin (which the CPU tests hold to torch's formula), from random m and
+// v at step 3, divisor 2, with two decay runs (the second ending mid-buffer), clipping off and on.
+// n = 4096 takes the vectorised kernel (run boundaries on multiples of 64, as parameters are laid
+// out), n = 999 the scalar one (arbitrary boundaries). The slots the op writes start as NaN on both
+// sides; with a master copy the bf16 params start as NaN (they are written, never read).
 TEST_F(CudaOps, AdamW) {
-  ops::AdamWHyper hyper;
-  hyper.lr = 1e-2;
-  hyper.weight_decay = 0.1;
-  hyper.step = 3;
-  hyper.grad_scale = 0.5;
   for (int64_t n : {4096, 999}) {
-    const std::string tag = " n=" + std::to_string(n);
+    const Runs runs = n == 4096 ? Runs{{0, 1024}, {1536, 3008}} : Runs{{3, 500}, {640, 901}};
+    const int64_t R = static_cast<int64_t>(runs.size());
+    HostI64 cruns(flat_runs(runs), {R, 2});
+    Tensor gruns = upload_i64(cruns.v, {R, 2});
     const Floats p = randn(n, 90), g = randn(n, 91), m = randn(n, 92, 0.1), v = abs_of(randn(n, 93, 0.1));
-    // bf16 param + bf16 grad + f32 master/m/v (the BF16 recipe).
-    {
-      HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n}), cmaster(p, {n});
-      ops::adamw_update(cpu, cp.t, cg.t, cm.t, cv.t, cmaster.t, hyper);
-      Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
-      Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n}), gmaster = upload(p, DType::f32, {n});
-      ops::adamw_update(gpu, gp, gg, gm, gv, gmaster, hyper);
-      EXPECT_TRUE(close(download(gmaster), cmaster.v, kTolF32, "adamw master" + tag));
-      EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw m" + tag));
-      EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw v" + tag));
-      EXPECT_TRUE(close(download(gp), cp.v, kTolBf16, "adamw param bf16" + tag));
-      // f32 grad with the bf16 param
-      Tensor gp2 = upload(p, DType::bf16, {n}), gg32 = upload(g, DType::f32, {n});
-      Tensor gm2 = upload(m, DType::f32, {n}), gv2 = upload(v, DType::f32, {n}), gmaster2 = upload(p, DType::f32, {n});
-      ops::adamw_update(gpu, gp2, gg32, gm2, gv2, gmaster2, hyper);
-      EXPECT_TRUE(close(download(gmaster2), cmaster.v, kTolF32, "adamw master, f32 grad" + tag));
-    }
-    // All-f32 tensors, no master.
-    {
-      HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
-      ops::adamw_update(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, hyper);
-      Tensor gp = upload(p, DType::f32, {n}), gg = upload(g, DType::f32, {n});
-      Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n});
-      ops::adamw_update(gpu, gp, gg, gm, gv, Tensor{}, hyper);
-      EXPECT_TRUE(close(download(gp), cp.v, kTolF32, "adamw all-f32 param" + tag));
-      EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw all-f32 m" + tag));
-      EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw all-f32 v" + tag));
-      // bf16 param without master: updated from its bf16 value, rounded once
-      Tensor gp16 = upload(p, DType::bf16, {n}), gg16 = upload(g, DType::bf16, {n});
-      Tensor gm3 = upload(m, DType::f32, {n}), gv3 = upload(v, DType::f32, {n});
-      ops::adamw_update(gpu, gp16, gg16, gm3, gv3, Tensor{}, hyper);
-      EXPECT_TRUE(close(download(gp16), cp.v, kTolBf16, "adamw bf16 param, no master" + tag));
+    for (double max_norm : {0.0, 0.5}) {  // the mean gradient's norm is about sqrt(n) / 2
+      AdamWSetting h;
+      h.max_norm = max_norm;
+      const std::vector<double> s0 = adamw_scalars(h);
+      const std::string tag = " n=" + std::to_string(n) + (max_norm > 0 ? " clipped" : " unclipped");
+      // The written slots against the CPU twin's; the host-written slots left as they were.
+      auto check_scalars = [&](const Tensor& gs, const std::vector<double>& cpu_s, const std::string& what) {
+        const std::vector<double> got = download_f64(gs);
+        for (int k : {ops::kAdamWSumSquares, ops::kAdamWGradNorm})
+          EXPECT_NEAR(got[k], cpu_s[k], kTolSum * std::fabs(cpu_s[k])) << what << ": slot " << k;
+        for (int k = 0; k < ops::kAdamWSumSquares; ++k)
+          EXPECT_EQ(got[k], s0[k]) << what << ": input slot " << k << " changed";
+      };
+      // bf16 params + bf16 grads + f32 master/m/v (the BF16 recipe).
+      {
+        HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n}), cmaster(p, {n});
+        HostF64 cs(s0, {ops::kAdamWSlots});
+        ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, cmaster.t, cruns.t, cs.t, h.constants);
+        if (max_norm > 0) ASSERT_GT(cs.v[ops::kAdamWGradNorm], max_norm) << "the clip must be active" << tag;
+        Tensor gp = poisoned(DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
+        Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n}), gmaster = upload(p, DType::f32, {n});
+        Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h.constants);
+        EXPECT_TRUE(close(download(gmaster), cmaster.v, kTolF32, "adamw master" + tag));
+        EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw m" + tag));
+        EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw v" + tag));
+        EXPECT_TRUE(close(download(gp), cp.v, kTolBf16, "adamw param bf16" + tag));
+        check_scalars(gs, cs.v, "adamw scalars" + tag);
+        // f32 grads with the bf16 params
+        Tensor gp2 = poisoned(DType::bf16, {n}), gg32 = upload(g, DType::f32, {n});
+        Tensor gm2 = upload(m, DType::f32, {n}), gv2 = upload(v, DType::f32, {n}), gmaster2 = upload(p, DType::f32, {n});
+        Tensor gs2 = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp2, gg32, gm2, gv2, gmaster2, gruns, gs2, h.constants);
+        EXPECT_TRUE(close(download(gmaster2), cmaster.v, kTolF32, "adamw master, f32 grads" + tag));
+        EXPECT_TRUE(close(download(gp2), cp.v, kTolBf16, "adamw param bf16, f32 grads" + tag));
+        check_scalars(gs2, cs.v, "adamw scalars, f32 grads" + tag);
+      }
+      // All-f32 tensors, no master.
+      {
+        HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
+        HostF64 cs(s0, {ops::kAdamWSlots});
+        ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, cruns.t, cs.t, h.constants);
+        Tensor gp = upload(p, DType::f32, {n}), gg = upload(g, DType::f32, {n});
+        Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n});
+        Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, h.constants);
+        EXPECT_TRUE(close(download(gp), cp.v, kTolF32, "adamw all-f32 param" + tag));
+        EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw all-f32 m" + tag));
+        EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw all-f32 v" + tag));
+        check_scalars(gs, cs.v, "adamw all-f32 scalars" + tag);
+        // bf16 params without master: updated from their bf16 value, rounded once
+        Tensor gp16 = upload(p, DType::bf16, {n}), gg16 = upload(g, DType::bf16, {n});
+        Tensor gm3 = upload(m, DType::f32, {n}), gv3 = upload(v, DType::f32, {n});
+        Tensor gs3 = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp16, gg16, gm3, gv3, Tensor{}, gruns, gs3, h.constants);
+        EXPECT_TRUE(close(download(gp16), cp.v, kTolBf16, "adamw bf16 param, no master" + tag));
+      }
     }
   }
 }
 
-TEST_F(CudaOps, SumSquares) {
+// With a zero gradient the step is pure decoupled weight decay: p * decay (one f32 multiply,
+// exactly as on the host) inside decay_runs and p unchanged outside, with and without a master
+// copy. Many runs walk the kernel's run lookup: none; every other 64-element block and one run
+// ending at n (vectorised kernel); irregular runs, the last ending at n (scalar kernel).
+TEST_F(CudaOps, AdamWDecaysOnlyInsideDecayRuns) {
+  AdamWSetting h;
+  h.lr = 3e-3;
+  h.max_norm = 1.0;  // a zero norm must not clip (or divide by zero)
+  const float decay = static_cast<float>(1 - h.lr * h.weight_decay);
+  std::vector<std::pair<int64_t, Runs>> cases = {{4096, {}}, {4096, {{64, 4096}}}, {999, {}}};
+  {
+    Runs every_other;
+    for (int64_t b = 0; b < 4096; b += 128) every_other.push_back({b, b + 64});
+    cases.push_back({4096, every_other});
+    Runs irregular;
+    for (int64_t b = 5; b + 20 < 999; b += 37) irregular.push_back({b, b + 20});
+    irregular.push_back({990, 999});
+    cases.push_back({999, irregular});
+  }
+  for (const auto& [n, runs] : cases) {
+    const int64_t R = static_cast<int64_t>(runs.size());
+    const std::string tag = " n=" + std::to_string(n) + " runs=" + std::to_string(R);
+    std::vector<bool> inside(static_cast<size_t>(n), false);
+    for (const auto& [b, e] : runs)
+      for (int64_t i = b; i < e; ++i) inside[i] = true;
+    const Floats p = randn(n, 95 + R), zeros(static_cast<size_t>(n), 0.f);
+    Floats want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[i] = inside[i] ? p[i] * decay : p[i];
+    Tensor gruns = upload_i64(flat_runs(runs), {R, 2});
+    auto all_zero = [](const Floats& x) { return std::all_of(x.begin(), x.end(), [](float f) { return f == 0.f; }); };
+    {  // f32 params, no master
+      Tensor gp = upload(p, DType::f32, {n}), gg = upload(zeros, DType::bf16, {n});
+      Tensor gm = upload(zeros, DType::f32, {n}), gv = upload(zeros, DType::f32, {n});
+      Tensor gs = upload_f64(adamw_scalars(h), {ops::kAdamWSlots});
+      ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, h.constants);
+      EXPECT_TRUE(close(download(gp), want, 0.0, "adamw pure decay, f32 params" + tag));
+      EXPECT_TRUE(all_zero(download(gm)) && all_zero(download(gv))) << "m, v stay zero" << tag;
+      const std::vector<double> s = download_f64(gs);
+      EXPECT_EQ(s[ops::kAdamWSumSquares], 0.0) << tag;
+      EXPECT_EQ(s[ops::kAdamWGradNorm], 0.0) << tag;
+    }
+    {  // bf16 params (poisoned) + f32 master
+      Tensor gp = poisoned(DType::bf16, {n}), gmaster = upload(p, DType::f32, {n});
+      Tensor gg = upload(zeros, DType::f32, {n});
+      Tensor gm = upload(zeros, DType::f32, {n}), gv = upload(zeros, DType::f32, {n});
+      Tensor gs = upload_f64(adamw_scalars(h), {ops::kAdamWSlots});
+      ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h.constants);
+      EXPECT_TRUE(close(download(gmaster), want, 0.0, "adamw pure decay, master" + tag));
+      Floats want16 = want;
+      for (auto& f : want16) f = round_bf16(f);
+      EXPECT_TRUE(close(download(gp), want16, 0.0, "adamw pure decay, bf16 params from master" + tag));
+    }
+  }
+}
+
+// ---- reductions -------------------------------------------------------------------------------
+
+// sum_to against its CPU twin (relative 1e-12: both add in f64, in different orders) for f32
+// inputs (not bf16-exact) and bf16 inputs: vectorised (n % 8 == 0), scalar, one element and empty.
+// Overwrite replaces a NaN, accumulate adds to what out holds, and a second run gives the same bits.
+TEST_F(CudaOps, SumTo) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int64_t n : {100003, 4096, 77, 1, 0}) {
+    const Floats bf = randn(n, 100 + n, 1.0, 0.5);  // mean 0.5: the sum stays far from zero
+    Floats wide = bf;
+    for (auto& f : wide) f *= 1.0f + 1.0f / 1024;  // not bf16-exact
+    for (DType dt : {DType::f32, DType::bf16}) {
+      const Floats& x = dt == DType::f32 ? wide : bf;
+      const std::string tag = "sum_to " + std::string(dtype_name(dt)) + " n=" + std::to_string(n);
+      double want = 0;  // the sum of nothing
+      if (n > 0) {
+        HostF32 cx(x, {n});
+        HostF64 csum({nan}, {1});
+        ops::sum_to(cpu, csum.t, cx.t, /*accumulate=*/false);
+        want = csum.v[0];
+      }
+      Tensor gx = upload(x, dt, {n});
+      Tensor out = upload_f64({nan}, {1});
+      ops::sum_to(gpu, out, gx, /*accumulate=*/false);
+      const double got = download_f64(out)[0];
+      EXPECT_NEAR(got, want, kTolSum * std::fabs(want)) << tag;
+      ops::sum_to(gpu, out, gx, false);
+      EXPECT_EQ(download_f64(out)[0], got) << tag << ": a second run differs";
+      const double start = 1234.5;
+      write_f64(out, {start});
+      ops::sum_to(gpu, out, gx, /*accumulate=*/true);
+      EXPECT_NEAR(download_f64(out)[0], start + want, kTolSum * (start + std::fabs(want))) << tag << ": accumulate";
+    }
+  }
+}
+
+// sum_squares_async (device.h) against a host f64 sum of squares: each tensor alone, three tensors
+// of mixed dtype together, and none (0).
+TEST_F(CudaOps, SumSquaresAsync) {
   const int64_t sizes[3] = {100003, 4096, 77};
-  double total = 0;
+  long double total = 0;
   std::vector<Tensor> tensors;
+  Tensor result = alloc(DType::f64, {1});
   for (int i = 0; i < 3; ++i) {
     const Floats x = randn(sizes[i], 100 + i);
-    HostF32 cx(x, {sizes[i]});
-    const double expect = ops::sum_squares(cpu, cx.t);
-    total += expect;
+    long double want = 0;
+    for (float f : x) want += static_cast<long double>(f) * f;
+    total += want;
     Tensor gx = upload(x, i == 1 ? DType::f32 : DType::bf16, {sizes[i]});
     tensors.push_back(gx);
-    const double got = ops::sum_squares(gpu, gx);
-    EXPECT_NEAR(got, expect, 1e-6 * expect) << "sum_squares n=" << sizes[i];
+    write_f64(result, {std::numeric_limits<double>::quiet_NaN()});
+    cuda::sum_squares_async(gpu, &gx, 1, static_cast<double*>(result.data));
+    EXPECT_NEAR(download_f64(result)[0], double(want), kTolSum * double(want)) << "sum_squares_async n=" << sizes[i];
   }
-  Tensor result = alloc(DType::f64, {1});
   cuda::sum_squares_async(gpu, tensors.data(), 3, static_cast<double*>(result.data));
-  double got = 0;
-  cuda::copy_to_host(&got, result.data, sizeof(double), state_);
-  EXPECT_NEAR(got, total, 1e-6 * total) << "sum_squares_async over 3 tensors";
+  EXPECT_NEAR(download_f64(result)[0], double(total), kTolSum * double(total)) << "sum_squares_async over 3 tensors";
+  write_f64(result, {std::numeric_limits<double>::quiet_NaN()});
+  cuda::sum_squares_async(gpu, tensors.data(), 0, static_cast<double*>(result.data));
+  EXPECT_EQ(download_f64(result)[0], 0.0) << "sum_squares_async over no tensors";
+}
+
+// adamw_step and sum_to read their per-step values on the device and never synchronise, so both
+// can be captured once and replayed with new values: replays for steps 1 and 2 (new grads, loss
+// terms, lr and bias corrections written between them) give the bits of two eager steps.
+TEST_F(CudaOps, AdamWAndSumToReplayWithNewScalars) {
+  const int64_t n = 12288;
+  const Runs runs = {{0, 4096}, {8192, 12224}};
+  const Floats p = randn(n, 180), g1 = randn(n, 181), g2 = randn(n, 182), x1 = randn(1000, 183),
+               x2 = randn(1000, 184), zeros(static_cast<size_t>(n), 0.f);
+  AdamWSetting h1;
+  h1.step = 1;
+  h1.max_norm = 1.0;
+  AdamWSetting h2 = h1;
+  h2.step = 2;
+  h2.lr = 5e-3;
+  const std::vector<double> s1 = adamw_scalars(h1), s2 = adamw_scalars(h2);
+  Tensor gp = alloc(DType::bf16, {n}), gg = alloc(DType::bf16, {n}), gm = alloc(DType::f32, {n}),
+         gv = alloc(DType::f32, {n}), gmaster = alloc(DType::f32, {n}), gx = alloc(DType::f32, {1000});
+  Tensor gruns = upload_i64(flat_runs(runs), {2, 2}), gs = alloc(DType::f64, {ops::kAdamWSlots}),
+         loss = alloc(DType::f64, {1});
+  auto reset = [&] {
+    poison(gp);
+    write(gmaster, p);
+    write(gm, zeros);
+    write(gv, zeros);
+  };
+  auto set_step = [&](const Floats& g, const Floats& x, const std::vector<double>& s) {
+    write(gg, g);
+    write(gx, x);
+    write_f64(gs, s);
+  };
+  auto step = [&] {
+    ops::sum_to(gpu, loss, gx, /*accumulate=*/false);
+    ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h1.constants);
+  };
+  auto snapshot = [&] {
+    std::vector<std::vector<uint8_t>> bytes;
+    for (const Tensor& t : {gp, gm, gv, gmaster, gs, loss}) bytes.push_back(download_bytes(t));
+    return bytes;
+  };
+  reset();
+  set_step(g1, x1, s1);
+  step();
+  const auto eager1 = snapshot();
+  set_step(g2, x2, s2);
+  step();
+  const auto eager2 = snapshot();
+  EXPECT_FALSE(eager1[3] == eager2[3]) << "step 2 must move the master weights";
+
+  reset();
+  set_step(g1, x1, s1);
+  cuda::begin_capture(state_);
+  step();
+  cuda::end_capture_and_instantiate(state_);
+  cuda::replay(state_);
+  cuda::synchronize(state_);
+  const auto replay1 = snapshot();
+  set_step(g2, x2, s2);
+  cuda::replay(state_);
+  cuda::synchronize(state_);
+  const auto replay2 = snapshot();
+  const char* names[] = {"params", "m", "v", "master", "scalars", "loss sum"};
+  for (size_t i = 0; i < eager1.size(); ++i) {
+    EXPECT_TRUE(replay1[i] == eager1[i]) << "replay of step 1 differs from eager: " << names[i];
+    EXPECT_TRUE(replay2[i] == eager2[i]) << "replay of step 2 differs from eager: " << names[i];
+  }
 }
 
 // ---- determinism and graphs -------------------------------------------------------------------
@@ -836,12 +1101,22 @@ TEST_F(CudaPerf, LlmShapes) {
     Tensor p = random_device(DType::bf16, {n}, 17), g = random_device(DType::bf16, {n}, 18);
     Tensor m = random_device(DType::f32, {n}, 19, 0.01), master = random_device(DType::f32, {n}, 20);
     Tensor v = random_device(DType::f32, {n}, 21, 0.01, /*positive=*/true);
-    ops::AdamWHyper h;
+    AdamWSetting h;
     h.lr = 1e-4;
-    report_bytes("adamw_update (bf16 p/g, f32 m/v/master)", n * (2 + 2 + 12 + 2 + 12.0), time_ms([&] {
-      ops::adamw_update(gpu, p, g, m, v, master, h);
+    h.step = 1;
+    h.divisor = 1;
+    h.max_norm = 1.0;
+    Tensor scalars = upload_f64(adamw_scalars(h), {ops::kAdamWSlots});
+    Tensor runs = upload_i64({0, n}, {1, 2});
+    // Bytes: grads read twice (sum of squares, update); p, m, v and master read and written.
+    report_bytes("adamw_step (bf16 p/g, f32 m/v/master)", n * (2 + 2 + 2 + 12 + 2 + 12.0), time_ms([&] {
+      ops::adamw_step(gpu, p, g, m, v, master, runs, scalars, h.constants);
     }));
-    report_bytes("sum_squares bf16 (synchronising)", e * n, time_ms([&] { ops::sum_squares(gpu, g); }));
+    Tensor sum = alloc(DType::f64, {1});
+    report_bytes("sum_squares_async bf16", e * n, time_ms([&] {
+      cuda::sum_squares_async(gpu, &g, 1, static_cast<double*>(sum.data));
+    }));
+    report_bytes("sum_to bf16", e * n, time_ms([&] { ops::sum_to(gpu, sum, g, false); }));
   }
 }
 

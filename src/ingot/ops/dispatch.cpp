@@ -124,13 +124,13 @@ void cross_entropy(Context& ctx, Tensor losses, Tensor dlogits, Tensor logits, T
   INGOT_DISPATCH(cross_entropy, ctx, losses, dlogits, logits, targets, dloss_scale);
 }
 
-void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
-                  const AdamWHyper& hyper) {
-  INGOT_DISPATCH(adamw_update, ctx, param, grad, m, v, master, hyper);
+void sum_to(Context& ctx, Tensor out, Tensor x, bool accumulate) {
+  INGOT_DISPATCH(sum_to, ctx, out, x, accumulate);
 }
 
-double sum_squares(Context& ctx, Tensor x) {
-  INGOT_DISPATCH(sum_squares, ctx, x);
+void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, Tensor master,
+                Tensor decay_runs, Tensor scalars, const AdamWConstants& constants) {
+  INGOT_DISPATCH(adamw_step, ctx, params, grads, m, v, master, decay_runs, scalars, constants);
 }
 
 }  // namespace ingot::ops

@@ -100,20 +100,42 @@ void swiglu_backward(Context& ctx, Tensor dgate_up, Tensor dout, Tensor gate_up)
 void cross_entropy(Context& ctx, Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
                    double dloss_scale);
 
+// ---- reductions ---------------------------------------------------------------------------------
+// out (1) f64 = sum of x (n, any float dtype), or out += that sum when accumulate. The summation
+// order is fixed (bitwise reproducible, independent of the thread count) and nothing is read back
+// to the host, so it can sit inside a captured CUDA graph (the step's loss sum).
+void sum_to(Context& ctx, Tensor out, Tensor x, bool accumulate);
+
 // ---- optimizer ----------------------------------------------------------------------------------
-struct AdamWHyper {
-  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  int64_t step = 1;          // 1-based, for bias correction
-  double grad_scale = 1.0;   // multiplies the gradient first (global-norm clipping factor)
+// Slots of the AdamW scalars tensor (kAdamWSlots, f64, on the op's device). The host writes the
+// per-step values before each step; the op reads them on the device, so a captured graph replays
+// every step with new values.
+enum AdamWSlot : int {
+  kAdamWStepSize = 0,     // lr / (1 - b1^t)
+  kAdamWBiasCorrection2,  // sqrt(1 - b2^t)
+  kAdamWDecay,            // 1 - lr*wd, applied to elements inside decay_runs (others: 1)
+  kAdamWGradDivisor,      // grads hold the gradient of a loss SUM over this many terms
+  kAdamWMaxGradNorm,      // clip threshold on the mean-loss gradient's norm; <= 0: no clipping
+  kAdamWSumSquares,       // written by the op: sum(grad^2)
+  kAdamWGradNorm,         // written by the op: sqrt(sum(grad^2)) / divisor, before clipping
+  kAdamWSlots
 };
-// torch.optim.AdamW semantics (decoupled decay, bias-corrected):
-//   p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-//   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
-// param (n); grad (n); m, v (n) in compute dtype. When master (n, f32) is present the update is
-// applied to master and param receives its rounded copy.
-void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
-                  const AdamWHyper& hyper);
-// Returns sum(x^2) accumulated in double (host value; CUDA backends use their own async path).
-double sum_squares(Context& ctx, Tensor x);
+struct AdamWConstants {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+// torch.optim.AdamW over whole flat buffers (P elements), with torch's clip_grad_norm_ folded in,
+// in a fixed number of launches however many parameters there are (CUDA: three):
+//   norm = sqrt(sum(grad^2)) / divisor;  clip = min(1, max_norm / (norm + 1e-6));
+//   g = grad * (clip / divisor);  p *= decay (inside decay_runs);
+//   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= step_size * m / (sqrt(v) / bc2 + eps)
+// params (P) bf16/f32/f64; grads (P) any float; m, v (P) in compute_dtype(params). When master
+// (P, f32) is present the update runs on master and params receive its rounded copy.
+// decay_runs (R,2) i64: sorted, disjoint [begin, end) element ranges that take weight decay
+// (checked on the CPU; CUDA reads them on the device and also needs every boundary on a multiple
+// of 8 elements, or inside zero padding, since it updates 8 elements at a time).
+// The per-element arithmetic is in compute_dtype(params) (f32 for bf16), with the scalars rounded
+// once from f64; clip and divisor are combined in f64 first.
+void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, Tensor master,
+                Tensor decay_runs, Tensor scalars, const AdamWConstants& constants);
 
 }  // namespace ingot::ops

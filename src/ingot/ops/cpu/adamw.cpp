@@ -1,14 +1,14 @@
-// AdamW (torch.optim.AdamW semantics) and the sum of squares used for global-norm clipping.
+// AdamW (torch.optim.AdamW semantics) with global-norm clipping, over whole flat buffers.
 // Invariants:
 //   - The update follows ops.h operation by operation:
-//       g = grad * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-//       p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
-//     Scalars (1 - lr*wd, lr/(1-b1^t), sqrt(1-b2^t)) are formed in double and rounded once to
-//     the compute dtype, as torch does with Python-float hyperparameters.
-//   - With a master copy (f32) the update runs on master in f32 and param (f32/bf16/f16) receives
-//     its rounded copy; grad may then be f32, bf16 or f16.
-//   - sum_squares sums fixed-size chunks in double and adds the chunk sums in chunk order, so the
-//     result is bit-identical for any thread count.
+//       g = grad * (clip / divisor); p *= 1 - lr*wd (decayed runs only); m = b1 m + (1-b1) g;
+//       v = b2 v + (1-b2) g^2; p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
+//     The scalars arrive in f64 (the host formed them in double, as torch does with Python-float
+//     hyperparameters) and are rounded once to the compute dtype.
+//   - With a master copy (f32) the update runs on master in f32 and params (f32/bf16/f16) receive
+//     its rounded copy; grads may then be f32, bf16 or f16.
+//   - The sum of squares adds fixed-size chunks in double in chunk order, so the result is
+//     bit-identical for any thread count.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -43,17 +43,6 @@ void dispatch_storage(const char* op, const char* name, DType dtype, Fn&& fn) {
   }
 }
 
-struct AdamWScalars {
-  double decay, step_size, bias_correction2_sqrt;
-};
-
-AdamWScalars adamw_scalars(const AdamWHyper& h) {
-  INGOT_CHECK(h.step >= 1, "adamw_update: step ", h.step, " must be >= 1 (it is 1-based)");
-  const double t = static_cast<double>(h.step);
-  return {1.0 - h.lr * h.weight_decay, h.lr / (1.0 - std::pow(h.beta1, t)),
-          std::sqrt(1.0 - std::pow(h.beta2, t))};
-}
-
 // One element of the update on p (compute dtype T); returns the new p.
 template <typename T>
 inline T adamw_element(T p, T g, T& m, T& v, T grad_scale, T decay, T b1, T b2, T step_size,
@@ -65,65 +54,7 @@ inline T adamw_element(T p, T g, T& m, T& v, T grad_scale, T decay, T b1, T b2, 
   return p - step_size * m / (std::sqrt(v) / bc2_sqrt + eps);
 }
 
-}  // namespace
-
-void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
-                  const AdamWHyper& hyper) {
-  constexpr const char* op = "adamw_update";
-  const int64_t n = param.numel();
-  detail::check_numel(op, "grad", grad, n);
-  detail::check_numel(op, "m", m, n);
-  detail::check_numel(op, "v", v, n);
-  const AdamWScalars s = adamw_scalars(hyper);
-  if (n == 0) return;
-
-  if (master.present()) {
-    detail::check_tensor(op, "master", master, DType::f32);
-    detail::check_tensor(op, "m", m, DType::f32);
-    detail::check_tensor(op, "v", v, DType::f32);
-    detail::check_numel(op, "master", master, n);
-    INGOT_CHECK(param.present() && param.device == Device::cpu && grad.present() &&
-                    grad.device == Device::cpu, op, ": param and grad must be host tensors");
-    dispatch_storage(op, "param", param.dtype, [&](auto param_elem) {
-      dispatch_storage(op, "grad", grad.dtype, [&](auto grad_elem) {
-        using P = decltype(param_elem);
-        using G = decltype(grad_elem);
-        float* w = master.ptr<float>();
-        float* mm = m.ptr<float>();
-        float* vv = v.ptr<float>();
-        const float gs = float(hyper.grad_scale), decay = float(s.decay), b1 = float(hyper.beta1),
-                    b2 = float(hyper.beta2), step = float(s.step_size),
-                    bc2 = float(s.bias_correction2_sqrt), eps = float(hyper.eps);
-#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
-        for (int64_t i = 0; i < n; ++i) {
-          w[i] = adamw_element<float>(w[i], float(G::load(grad.data, i)), mm[i], vv[i], gs, decay,
-                                      b1, b2, step, bc2, eps);
-          P::store(param.data, i, w[i]);
-        }
-      });
-    });
-    return;
-  }
-
-  detail::dispatch_float(op, param.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    detail::check_tensor(op, "param", param, param.dtype);
-    detail::check_tensor(op, "grad", grad, param.dtype);
-    detail::check_tensor(op, "m", m, ops::compute_dtype(param.dtype));
-    detail::check_tensor(op, "v", v, ops::compute_dtype(param.dtype));
-    T* p = param.ptr<T>();
-    const T* g = grad.ptr<T>();
-    T* mm = m.ptr<T>();
-    T* vv = v.ptr<T>();
-    const T gs = T(hyper.grad_scale), decay = T(s.decay), b1 = T(hyper.beta1), b2 = T(hyper.beta2),
-            step = T(s.step_size), bc2 = T(s.bias_correction2_sqrt), eps = T(hyper.eps);
-#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
-    for (int64_t i = 0; i < n; ++i)
-      p[i] = adamw_element<T>(p[i], g[i], mm[i], vv[i], gs, decay, b1, b2, step, bc2, eps);
-  });
-}
-
-// sum(x^2) in double.
+// sum(x^2) in double, in a fixed chunk order.
 double sum_squares(Context& ctx, Tensor x) {
   constexpr const char* op = "sum_squares";
   const int64_t n = x.numel();
@@ -159,6 +90,108 @@ double sum_squares(Context& ctx, Tensor x) {
   double total = 0;
   for (double p : partial) total += p;
   return total;
+}
+
+// The element ranges [begin, end) with their decay flag, covering [0, n) in order.
+struct DecayRange {
+  int64_t begin, end;
+  bool decays;
+};
+
+std::vector<DecayRange> decay_ranges(const Tensor& decay_runs, int64_t n) {
+  constexpr const char* op = "adamw_step";
+  detail::check_tensor(op, "decay_runs", decay_runs, DType::i64);
+  INGOT_CHECK(decay_runs.ndim == 2 && decay_runs.dim(1) == 2, op, ": decay_runs must be (R,2), got ",
+              decay_runs.shape_string());
+  const int64_t* runs = decay_runs.ptr<int64_t>();
+  std::vector<DecayRange> ranges;
+  int64_t previous = 0;
+  for (int64_t r = 0; r < decay_runs.dim(0); ++r) {
+    const int64_t b = runs[2 * r], e = runs[2 * r + 1];
+    INGOT_CHECK(b >= previous && b <= e && e <= n, op, ": decay_runs[", r, "] = [", b, ", ", e,
+                ") is not sorted, disjoint and inside [0, ", n, ")");
+    if (b > previous) ranges.push_back({previous, b, false});
+    if (e > b) ranges.push_back({b, e, true});
+    previous = e;
+  }
+  if (n > previous) ranges.push_back({previous, n, false});
+  return ranges;
+}
+
+}  // namespace
+
+void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, Tensor master,
+                Tensor decay_runs, Tensor scalars, const AdamWConstants& constants) {
+  constexpr const char* op = "adamw_step";
+  const int64_t n = params.numel();
+  detail::check_tensor(op, "scalars", scalars, DType::f64);
+  detail::check_numel(op, "scalars", scalars, ops::kAdamWSlots);
+  detail::check_numel(op, "grads", grads, n);
+  detail::check_numel(op, "m", m, n);
+  detail::check_numel(op, "v", v, n);
+  INGOT_CHECK(params.present() && params.device == Device::cpu && grads.present() && grads.device == Device::cpu,
+              op, ": params and grads must be host tensors");
+  const std::vector<DecayRange> ranges = decay_ranges(decay_runs, n);
+  double* s = scalars.ptr<double>();
+  const double divisor = s[ops::kAdamWGradDivisor];
+  INGOT_CHECK(divisor > 0, op, ": gradient divisor ", divisor, " must be positive");
+  s[ops::kAdamWSumSquares] = sum_squares(ctx, grads);
+  const double norm = std::sqrt(s[ops::kAdamWSumSquares]) / divisor;
+  s[ops::kAdamWGradNorm] = norm;
+  // torch.nn.utils.clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1.
+  const double max_norm = s[ops::kAdamWMaxGradNorm];
+  const double clip = max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+  const double grad_scale = clip / divisor;
+  if (n == 0) return;
+
+  if (master.present()) {
+    detail::check_tensor(op, "master", master, DType::f32);
+    detail::check_tensor(op, "m", m, DType::f32);
+    detail::check_tensor(op, "v", v, DType::f32);
+    detail::check_numel(op, "master", master, n);
+    dispatch_storage(op, "params", params.dtype, [&](auto param_elem) {
+      dispatch_storage(op, "grads", grads.dtype, [&](auto grad_elem) {
+        using P = decltype(param_elem);
+        using G = decltype(grad_elem);
+        float* w = master.ptr<float>();
+        float* mm = m.ptr<float>();
+        float* vv = v.ptr<float>();
+        const float gs = float(grad_scale), b1 = float(constants.beta1), b2 = float(constants.beta2),
+                    step = float(s[ops::kAdamWStepSize]), bc2 = float(s[ops::kAdamWBiasCorrection2]),
+                    eps = float(constants.eps);
+        for (const DecayRange& r : ranges) {
+          const float decay = r.decays ? float(s[ops::kAdamWDecay]) : 1.f;
+#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
+          for (int64_t i = r.begin; i < r.end; ++i) {
+            w[i] = adamw_element<float>(w[i], float(G::load(grads.data, i)), mm[i], vv[i], gs, decay,
+                                        b1, b2, step, bc2, eps);
+            P::store(params.data, i, w[i]);
+          }
+        }
+      });
+    });
+    return;
+  }
+
+  detail::dispatch_float(op, params.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    detail::check_tensor(op, "params", params, params.dtype);
+    detail::check_tensor(op, "grads", grads, params.dtype);
+    detail::check_tensor(op, "m", m, ops::compute_dtype(params.dtype));
+    detail::check_tensor(op, "v", v, ops::compute_dtype(params.dtype));
+    T* p = params.ptr<T>();
+    const T* g = grads.ptr<T>();
+    T* mm = m.ptr<T>();
+    T* vv = v.ptr<T>();
+    const T gs = T(grad_scale), b1 = T(constants.beta1), b2 = T(constants.beta2),
+            step = T(s[ops::kAdamWStepSize]), bc2 = T(s[ops::kAdamWBiasCorrection2]), eps = T(constants.eps);
+    for (const DecayRange& r : ranges) {
+      const T decay = r.decays ? T(s[ops::kAdamWDecay]) : T(1);
+#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
+      for (int64_t i = r.begin; i < r.end; ++i)
+        p[i] = adamw_element<T>(p[i], g[i], mm[i], vv[i], gs, decay, b1, b2, step, bc2, eps);
+    }
+  });
 }
 
 }  // namespace ingot::cpu

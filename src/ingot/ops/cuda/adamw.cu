@@ -1,31 +1,69 @@
-// AdamW (torch.optim.AdamW semantics), elementwise over n parameters. Same operation order as the
-// CPU twin (ops/cpu/adamw.cpp) in f32:
-//   g = grad * grad_scale; p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-//   p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
-// Scalars are formed in double on the host and rounded once to f32.
-// Dtypes: param bf16 or f32; grad bf16 or f32; m, v f32; master (f32) optional: when present the
-// update runs on master and param receives its rounded copy, otherwise on param read as f32.
-// This is the per-tensor kernel; a multi-tensor launch over all parameters comes later.
+// AdamW over whole flat buffers with global-norm clipping: three launches whatever the parameter
+// count (sum-of-squares partials, their ordered sum, the update). Same operation order as the CPU
+// twin (ops/cpu/adamw.cpp), per element in f32:
+//   g = grad * (clip / divisor); p *= decay (decayed runs only); m = b1 m + (1-b1) g;
+//   v = b2 v + (1-b2) g^2; p -= step_size * m / (sqrt(v) / bc2 + eps)
+// The per-step scalars are read from device memory (f64, written by the host before the step), so a
+// captured graph replays with new values; clip and divisor are combined in f64 as on the CPU.
+// Dtypes: params bf16 or f32; grads bf16 or f32; m, v f32; master (f32) optional: when present the
+// update runs on master and params receive its rounded copy, otherwise on params read as f32.
 #include <cmath>
 
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
+#include "ingot/ops/cuda/device.h"
 
 namespace ingot::cuda {
 
 namespace {
 
-struct AdamWScalars {
-  float grad_scale, decay, beta1, beta2, step_size, bias_correction2_sqrt, eps;
-};
+constexpr int kThreads = 256;
+
+// Whether element i takes weight decay, and the range [lo, hi) around i where that stays true.
+// runs: (n_runs, 2) sorted disjoint [begin, end); binary search (the table sits in L1/L2).
+__device__ bool decay_range(const int64_t* runs, int n_runs, int64_t n, int64_t i, int64_t& lo, int64_t& hi) {
+  int a = 0, b = n_runs;  // first run with begin > i
+  while (a < b) {
+    const int mid = (a + b) / 2;
+    if (runs[2 * mid] <= i) a = mid + 1;
+    else b = mid;
+  }
+  const int r = a - 1;  // last run with begin <= i, or -1
+  if (r >= 0 && i < runs[2 * r + 1]) {
+    lo = runs[2 * r];
+    hi = runs[2 * r + 1];
+    return true;
+  }
+  lo = r >= 0 ? runs[2 * r + 1] : 0;
+  hi = a < n_runs ? runs[2 * a] : n;
+  return false;
+}
 
 template <int VEC, typename TP, typename TG>
-__global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, float* master,
-                             int64_t n, AdamWScalars s) {
-  const int64_t chunks = n / VEC;
-  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks;
-       t += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = t * VEC;
+__global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const TG* grad, float* m, float* v,
+                                                              float* master, int64_t n, const int64_t* runs,
+                                                              int n_runs, double* scalars, float beta1,
+                                                              float beta2, float eps) {
+  const double divisor = scalars[ops::kAdamWGradDivisor];
+  const double norm = sqrt(scalars[ops::kAdamWSumSquares]) / divisor;
+  const double max_norm = scalars[ops::kAdamWMaxGradNorm];
+  const double clip = max_norm > 0 ? fmin(1.0, max_norm / (norm + 1e-6)) : 1.0;
+  const float grad_scale = float(clip / divisor);
+  const float step_size = float(scalars[ops::kAdamWStepSize]);
+  const float bc2 = float(scalars[ops::kAdamWBiasCorrection2]);
+  const float decay_on = float(scalars[ops::kAdamWDecay]);
+  if (blockIdx.x == 0 && threadIdx.x == 0) scalars[ops::kAdamWGradNorm] = norm;
+
+  int64_t lo = 0, hi = 0;
+  bool decays = false;
+  // Tiles of kThreads*VEC contiguous elements, grid-stride: neighbouring threads share a decay
+  // range, so the range lookup is mostly a cache hit.
+  for (int64_t base = blockIdx.x * int64_t(kThreads) * VEC; base < n; base += int64_t(gridDim.x) * kThreads * VEC) {
+    const int64_t i = base + int64_t(threadIdx.x) * VEC;
+    if (i >= n) break;
+    // Parameters start on 64-element boundaries, so a VEC chunk never straddles two ranges.
+    if (i < lo || i >= hi) decays = decay_range(runs, n_runs, n, i, lo, hi);
+    const float decay = decays ? decay_on : 1.f;
     float p[VEC], g[VEC], mm[VEC], vv[VEC];
     if (master) load_vec<VEC>(master + i, p);
     else load_vec<VEC>(param + i, p);
@@ -34,11 +72,11 @@ __global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, floa
     load_vec<VEC>(v + i, vv);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
-      const float gk = g[k] * s.grad_scale;
-      p[k] = p[k] * s.decay;
-      mm[k] = s.beta1 * mm[k] + (1.f - s.beta1) * gk;
-      vv[k] = s.beta2 * vv[k] + (1.f - s.beta2) * gk * gk;
-      p[k] = p[k] - s.step_size * mm[k] / (sqrtf(vv[k]) / s.bias_correction2_sqrt + s.eps);
+      const float gk = g[k] * grad_scale;
+      p[k] = p[k] * decay;
+      mm[k] = beta1 * mm[k] + (1.f - beta1) * gk;
+      vv[k] = beta2 * vv[k] + (1.f - beta2) * gk * gk;
+      p[k] = p[k] - step_size * mm[k] / (sqrtf(vv[k]) / bc2 + eps);
     }
     store_vec<VEC>(m + i, mm);
     store_vec<VEC>(v + i, vv);
@@ -49,20 +87,27 @@ __global__ void adamw_kernel(TP* param, const TG* grad, float* m, float* v, floa
 
 }  // namespace
 
-void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
-                  const AdamWHyper& hyper) {
-  constexpr const char* op = "adamw_update";
+void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, Tensor master,
+                Tensor decay_runs, Tensor scalars, const AdamWConstants& constants) {
+  constexpr const char* op = "adamw_step";
   CudaState& state = state_of(ctx, op);
-  check_tensor(param, op, "param");
-  check_tensor(grad, op, "grad");
+  check_tensor(params, op, "params");
+  check_tensor(grads, op, "grads");
   check_tensor(m, op, "m");
   check_tensor(v, op, "v");
-  check_float(param, op, "param");
-  check_float(grad, op, "grad");
+  check_tensor(decay_runs, op, "decay_runs");
+  check_tensor(scalars, op, "scalars");
+  check_float(params, op, "params");
+  check_float(grads, op, "grads");
   check_dtype(m, DType::f32, op, "m");
   check_dtype(v, DType::f32, op, "v");
-  const int64_t n = param.numel();
-  check_numel(grad, n, op, "grad");
+  check_dtype(decay_runs, DType::i64, op, "decay_runs");
+  check_dtype(scalars, DType::f64, op, "scalars");
+  check_numel(scalars, ops::kAdamWSlots, op, "scalars");
+  INGOT_CHECK(decay_runs.ndim == 2 && decay_runs.dim(1) == 2, op, ": decay_runs must be (R,2), got ",
+              decay_runs.shape_string());
+  const int64_t n = params.numel();
+  check_numel(grads, n, op, "grads");
   check_numel(m, n, op, "m");
   check_numel(v, n, op, "v");
   if (master.present()) {
@@ -70,30 +115,26 @@ void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, T
     check_dtype(master, DType::f32, op, "master");
     check_numel(master, n, op, "master");
   }
-  INGOT_CHECK(hyper.step >= 1, op, ": step ", hyper.step, " must be >= 1 (it is 1-based)");
-  if (n == 0) return;
-  const double t = static_cast<double>(hyper.step);
-  const AdamWScalars s{float(hyper.grad_scale),
-                       float(1.0 - hyper.lr * hyper.weight_decay),
-                       float(hyper.beta1),
-                       float(hyper.beta2),
-                       float(hyper.lr / (1.0 - std::pow(hyper.beta1, t))),
-                       float(std::sqrt(1.0 - std::pow(hyper.beta2, t))),
-                       float(hyper.eps)};
+  double* s = scalars.ptr<double>();
+  sum_squares_async(ctx, &grads, 1, s + ops::kAdamWSumSquares);
   float* w = master.present() ? master.ptr<float>() : nullptr;
-  const bool vec = n % 8 == 0 && aligned16(param.data) && aligned16(grad.data) &&
-                   aligned16(m.data) && aligned16(v.data) && (!w || aligned16(w));
-  dispatch_float(param.dtype, op, [&](auto p_tag) {
+  const bool vec = n % 8 == 0 && aligned16(params.data) && aligned16(grads.data) && aligned16(m.data) &&
+                   aligned16(v.data) && (!w || aligned16(w));
+  const int n_runs = static_cast<int>(decay_runs.dim(0));
+  const float b1 = float(constants.beta1), b2 = float(constants.beta2), eps = float(constants.eps);
+  dispatch_float(params.dtype, op, [&](auto p_tag) {
     using TP = decltype(p_tag);
-    dispatch_float(grad.dtype, op, [&](auto g_tag) {
+    dispatch_float(grads.dtype, op, [&](auto g_tag) {
       using TG = decltype(g_tag);
       if (vec)
-        adamw_kernel<8, TP, TG><<<grid_for(n / 8, 256, state), 256, 0, state.stream>>>(
-            param.ptr<TP>(), grad.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n, s);
+        adamw_step_kernel<8, TP, TG><<<grid_for(n / 8, kThreads, state), kThreads, 0, state.stream>>>(
+            params.ptr<TP>(), grads.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n,
+            decay_runs.ptr<int64_t>(), n_runs, s, b1, b2, eps);
       else
-        adamw_kernel<1, TP, TG><<<grid_for(n, 256, state), 256, 0, state.stream>>>(
-            param.ptr<TP>(), grad.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n, s);
-      INGOT_LAUNCH_CHECK("adamw_kernel");
+        adamw_step_kernel<1, TP, TG><<<grid_for(n, kThreads, state), kThreads, 0, state.stream>>>(
+            params.ptr<TP>(), grads.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n,
+            decay_runs.ptr<int64_t>(), n_runs, s, b1, b2, eps);
+      INGOT_LAUNCH_CHECK("adamw_step_kernel");
     });
   });
 }

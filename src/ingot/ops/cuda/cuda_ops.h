@@ -5,7 +5,7 @@
 
 namespace ingot::cuda {
 
-using ops::AdamWHyper;
+using ops::AdamWConstants;
 
 void zero(Context& ctx, Tensor x);
 void copy(Context& ctx, Tensor dst, Tensor src);
@@ -35,8 +35,8 @@ void swiglu_forward(Context& ctx, Tensor out, Tensor gate_up);
 void swiglu_backward(Context& ctx, Tensor dgate_up, Tensor dout, Tensor gate_up);
 void cross_entropy(Context& ctx, Tensor losses, Tensor dlogits, Tensor logits, Tensor targets,
                    double dloss_scale);
-void adamw_update(Context& ctx, Tensor param, Tensor grad, Tensor m, Tensor v, Tensor master,
-                  const AdamWHyper& hyper);
-double sum_squares(Context& ctx, Tensor x);
+void sum_to(Context& ctx, Tensor out, Tensor x, bool accumulate);
+void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, Tensor master,
+                Tensor decay_runs, Tensor scalars, const AdamWConstants& constants);
 
 }  // namespace ingot::cuda

@@ -136,6 +136,29 @@ void copy_to_host(void* dst, const void* src, int64_t bytes, CudaState* state) {
   INGOT_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+void* host_alloc_pinned(int64_t bytes) {
+  INGOT_CHECK(bytes >= 0, "host_alloc_pinned: negative size ", bytes);
+  void* ptr = nullptr;
+  if (bytes > 0) INGOT_CUDA_CHECK(cudaHostAlloc(&ptr, static_cast<size_t>(bytes), cudaHostAllocDefault));
+  return ptr;
+}
+
+void host_free_pinned(void* ptr) {
+  if (ptr) cudaFreeHost(ptr);
+}
+
+void copy_to_device_async(void* dst, const void* src, int64_t bytes, CudaState* state) {
+  if (bytes > 0)
+    INGOT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                     state ? state->stream : nullptr));
+}
+
+void copy_to_host_async(void* dst, const void* src, int64_t bytes, CudaState* state) {
+  if (bytes > 0)
+    INGOT_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost,
+                                     state ? state->stream : nullptr));
+}
+
 void synchronize(CudaState* state) {
   if (state) INGOT_CUDA_CHECK(cudaStreamSynchronize(state->stream));
   else INGOT_CUDA_CHECK(cudaDeviceSynchronize());
@@ -161,6 +184,16 @@ std::string device_name() {
   return prop.name;
 }
 
+std::string library_versions() {
+  std::string s = "cuBLASLt " + std::to_string(cublasLtGetVersion());
+#ifdef INGOT_CUDA_USE_CUDNN
+  s += ", cuDNN " + std::to_string(cudnnGetVersion());
+#else
+  s += ", no cuDNN";
+#endif
+  return s;
+}
+
 void begin_capture(CudaState* state) {
   INGOT_CHECK(state && !state->capturing, "begin_capture: no state, or already capturing");
   // Global mode: any unsafe CUDA call from any thread during capture is an error, not a hang.
@@ -180,6 +213,15 @@ void end_capture_and_instantiate(CudaState* state) {
   INGOT_CUDA_CHECK(cudaGraphInstantiate(&state->graph_exec, graph, 0));
 }
 
+void abort_capture(CudaState* state) {
+  if (!state || !state->capturing) return;
+  state->capturing = false;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(state->stream, &graph);  // fails when the capture was invalidated; either way it ended
+  if (graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+}
+
 void replay(CudaState* state) {
   INGOT_CHECK(state && state->graph_exec, "replay: no captured graph");
   INGOT_CUDA_CHECK(cudaGraphLaunch(state->graph_exec, state->stream));
@@ -193,6 +235,10 @@ Event event_create() {
 
 void event_destroy(Event event) {
   if (event) INGOT_CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+}
+
+void event_synchronize(Event event) {
+  INGOT_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
 }
 
 void event_record(Event event, CudaState* state) {

@@ -21,15 +21,25 @@ void device_free(void* ptr);
 void copy_to_device(void* dst, const void* src, int64_t bytes, CudaState* state);
 void copy_to_host(void* dst, const void* src, int64_t bytes, CudaState* state);
 void synchronize(CudaState* state);
+// Page-locked host memory: copies to and from it run asynchronously on the stream.
+void* host_alloc_pinned(int64_t bytes);
+void host_free_pinned(void* ptr);
+// Enqueue only: the host memory must stay untouched until the stream has passed the copy (wait
+// on an event recorded after it). Truly asynchronous only for pinned host memory.
+void copy_to_device_async(void* dst, const void* src, int64_t bytes, CudaState* state);
+void copy_to_host_async(void* dst, const void* src, int64_t bytes, CudaState* state);
 int64_t device_memory_free();
 int64_t device_memory_total();
 std::string device_name();
+std::string library_versions();  // "cuBLASLt <v>, cuDNN <v>" as loaded at run time
 
 // CUDA graph of a whole step: ops enqueued between begin and end are recorded, not run; replay
 // launches the recorded graph on the state's stream (asynchronously).
 void begin_capture(CudaState* state);
 void end_capture_and_instantiate(CudaState* state);
 void replay(CudaState* state);
+// Ends a capture that failed part-way and drops what was recorded (error paths only).
+void abort_capture(CudaState* state);
 
 // Event timing on the state's stream.
 using Event = void*;
@@ -37,6 +47,7 @@ Event event_create();
 void event_destroy(Event event);
 void event_record(Event event, CudaState* state);
 float event_elapsed_ms(Event start, Event end);  // waits for `end`
+void event_synchronize(Event event);             // waits until the stream has passed the event
 
 // ---- device-side ops beyond ops.h ---------------------------------------------------------------
 // Sum of squares of `count` tensors (bf16 or f32), accumulated in f64 and written to

@@ -1,7 +1,7 @@
-// Sum of squares, accumulated in f64 (global-norm clipping). Deterministic: a fixed grid of G
-// blocks (G from the SM count) writes one f64 partial each with a fixed-tree block reduction; one
-// more block sums the partials in order. sum_squares reads the result back (synchronising);
-// sum_squares_async (device.h) covers many tensors and leaves the result on the device.
+// Deterministic reductions into one f64 on the device: sum_to (the op; the step's loss sum) and
+// sum_squares_async (global-norm clipping, device.h). A fixed grid of G blocks (G from the SM
+// count) writes one f64 partial each with a fixed-tree block reduction; one more block sums the
+// partials in index order. Nothing is read back, so both can sit inside a captured step.
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
 #include "ingot/ops/cuda/device.h"
@@ -25,8 +25,9 @@ __device__ __forceinline__ double block_sum_f64(double x, double* shared) {
   return total;
 }
 
-template <int VEC, typename T>
-__global__ void __launch_bounds__(kThreads) sum_squares_partial_kernel(double* partial, const T* x, int64_t n) {
+// partial[blockIdx.x] = sum over this block's grid-stride share of x (or of x^2 when SQUARE).
+template <bool SQUARE, int VEC, typename T>
+__global__ void __launch_bounds__(kThreads) partial_sum_kernel(double* partial, const T* x, int64_t n) {
   __shared__ double shared[32];
   double acc = 0.0;
   const int64_t chunks = n / VEC;
@@ -35,34 +36,37 @@ __global__ void __launch_bounds__(kThreads) sum_squares_partial_kernel(double* p
     float f[VEC];
     load_vec<VEC>(x + t * VEC, f);
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) acc += double(f[k]) * double(f[k]);
+    for (int k = 0; k < VEC; ++k) acc += SQUARE ? double(f[k]) * double(f[k]) : double(f[k]);
   }
   acc = block_sum_f64(acc, shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// result = sum of partial[0..count) in index order (one block, fixed tree per stride).
-__global__ void __launch_bounds__(kThreads) sum_partials_kernel(double* result, const double* partial, int64_t count) {
+// *result = (accumulate ? *result : 0) + sum of partial[0..count) in index order (one block).
+__global__ void __launch_bounds__(kThreads) sum_partials_kernel(double* result, const double* partial,
+                                                                int64_t count, bool accumulate) {
   __shared__ double shared[32];
   double acc = 0.0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
   acc = block_sum_f64(acc, shared);
-  if (threadIdx.x == 0) *result = acc;
+  if (threadIdx.x == 0) *result = accumulate ? *result + acc : acc;
 }
 
-int64_t partial_blocks(const CudaState& state) { return int64_t(state.num_sms) * 2; }
+// Enough blocks to keep many loads in flight (at 2 per SM the pass ran at about half of bandwidth).
+int64_t partial_blocks(const CudaState& state) { return int64_t(state.num_sms) * 8; }
 
 // Enqueues the partial-sum kernel of one tensor into partial[0..G).
+template <bool SQUARE>
 void launch_partials(CudaState& state, const Tensor& x, double* partial, const char* op) {
   const int64_t n = x.numel();
   const unsigned G = unsigned(partial_blocks(state));
   dispatch_float(x.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     if (n % 8 == 0 && aligned16(x.data))
-      sum_squares_partial_kernel<8, T><<<G, kThreads, 0, state.stream>>>(partial, x.ptr<T>(), n);
+      partial_sum_kernel<SQUARE, 8, T><<<G, kThreads, 0, state.stream>>>(partial, x.ptr<T>(), n);
     else
-      sum_squares_partial_kernel<1, T><<<G, kThreads, 0, state.stream>>>(partial, x.ptr<T>(), n);
-    INGOT_LAUNCH_CHECK("sum_squares_partial_kernel");
+      partial_sum_kernel<SQUARE, 1, T><<<G, kThreads, 0, state.stream>>>(partial, x.ptr<T>(), n);
+    INGOT_LAUNCH_CHECK("partial_sum_kernel");
   });
 }
 
@@ -77,29 +81,24 @@ void sum_squares_async(Context& ctx, const Tensor* tensors, int count, double* d
       scratch_buffer(state, std::max<int64_t>(1, count) * G * int64_t(sizeof(double)), op));
   for (int i = 0; i < count; ++i) {
     check_tensor(tensors[i], op, "tensors[i]");
-    launch_partials(state, tensors[i], partial + i * G, op);
+    launch_partials<true>(state, tensors[i], partial + i * G, op);
   }
-  sum_partials_kernel<<<1, kThreads, 0, state.stream>>>(device_result, partial, count * G);
+  sum_partials_kernel<<<1, kThreads, 0, state.stream>>>(device_result, partial, count * G, false);
   INGOT_LAUNCH_CHECK("sum_partials_kernel");
 }
 
-double sum_squares(Context& ctx, Tensor x) {
-  constexpr const char* op = "sum_squares";
+void sum_to(Context& ctx, Tensor out, Tensor x, bool accumulate) {
+  constexpr const char* op = "sum_to";
   CudaState& state = state_of(ctx, op);
+  check_tensor(out, op, "out");
+  check_dtype(out, DType::f64, op, "out");
+  check_numel(out, 1, op, "out");
   check_tensor(x, op, "x");
-  INGOT_CHECK(!state.capturing, op, ": reads back to the host, which graph capture forbids; "
-              "use sum_squares_async");
-  if (x.numel() == 0) return 0.0;
   const int64_t G = partial_blocks(state);
-  // Scratch: G partials, then the result (f64).
-  double* partial = static_cast<double*>(scratch_buffer(state, (G + 1) * int64_t(sizeof(double)), op));
-  launch_partials(state, x, partial, op);
-  sum_partials_kernel<<<1, kThreads, 0, state.stream>>>(partial + G, partial, G);
+  double* partial = static_cast<double*>(scratch_buffer(state, G * int64_t(sizeof(double)), op));
+  launch_partials<false>(state, x, partial, op);
+  sum_partials_kernel<<<1, kThreads, 0, state.stream>>>(out.ptr<double>(), partial, G, accumulate);
   INGOT_LAUNCH_CHECK("sum_partials_kernel");
-  INGOT_CUDA_CHECK(cudaMemcpyAsync(state.host_result, partial + G, sizeof(double),
-                                   cudaMemcpyDeviceToHost, state.stream));
-  INGOT_CUDA_CHECK(cudaStreamSynchronize(state.stream));
-  return *state.host_result;
 }
 
 }  // namespace ingot::cuda
