@@ -105,6 +105,32 @@ TEST_F(Training, SameRunTwiceGivesIdenticalBits) {
   EXPECT_TRUE(fs::exists(root + "/a/loss.svg"));
 }
 
+TEST_F(Training, BlockRecomputeGivesIdenticalBits) {
+  // recompute: block re-runs each block's forward in the backward with the same ops in the same
+  // order, so everything must match the run that kept its activations, bit for bit; and its
+  // activation plan must be smaller.
+  std::string out_none, out_block;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/none", 6, 0), "none", "", &out_none)) << out_none;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/block", 6, 0), "block", "--set recompute=block", &out_block))
+      << out_block;
+  EXPECT_EQ(loss_lines(root + "/none/metrics.jsonl"), loss_lines(root + "/block/metrics.jsonl"));
+  EXPECT_EQ(read_file(root + "/none/checkpoint-6/model.safetensors"),
+            read_file(root + "/block/checkpoint-6/model.safetensors"));
+  EXPECT_EQ(read_file(root + "/none/checkpoint-6/optimizer.safetensors"),
+            read_file(root + "/block/checkpoint-6/optimizer.safetensors"));
+  auto activations = [](const std::string& log) {
+    const size_t at = log.find("activations ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find(" |", at) - at);
+  };
+  ASSERT_FALSE(activations(out_none).empty()) << out_none;
+  EXPECT_NE(activations(out_none), activations(out_block)) << "the block plan should hold fewer activations";
+
+  std::string out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/bad", 2, 0), "bad", "--set recompute=layer", &out));
+  EXPECT_NE(out.find("recompute"), std::string::npos) << out;
+  EXPECT_NE(out.find("layer"), std::string::npos) << out;
+}
+
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   std::string out;
   // Straight: 8 steps. Interrupted: the same config stopped after 5 (max_steps=5), then resumed to 8.

@@ -50,6 +50,7 @@ struct Transformer::Activations {
   Tensor lnf, rstdf;                                  // (N,C), (N)
   Tensor logits;                                      // (chunk,V), reused per chunk; dlogits in place
   Tensor losses;                                      // (N)
+  Tensor loss_sum;                                    // (1) f64, for the synchronous entry points
   // backward scratch
   Tensor dresidual, dnormed;                          // (N,C)
   Tensor dqkv, dqkv_raw;                              // (N,Htot,D)
@@ -66,9 +67,15 @@ static int64_t auto_chunk(int64_t tokens, int64_t vocab) {
   return std::min(tokens, limit);
 }
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "block") return Recompute::block;
+  fail("recompute must be none or block, got \"", name, "\"");
+}
+
 Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Context& ctx,
-                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens)
-    : config_(config), recipe_(recipe), ctx_(ctx), B_(micro_batch), T_(seq_len) {
+                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens, Recompute recompute)
+    : config_(config), recipe_(recipe), ctx_(ctx), B_(micro_batch), T_(seq_len), recompute_(recompute) {
   INGOT_CHECK(B_ > 0 && T_ > 0, "micro_batch_size and sequence_len must be positive (got ", B_, ", ", T_, ")");
   chunk_ = logits_chunk_tokens > 0 ? std::min(logits_chunk_tokens, B_ * T_) : auto_chunk(B_ * T_, config.vocab_size);
   entries_ = plan_parameters(config_);
@@ -86,7 +93,7 @@ Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Contex
   ops::zero(ctx_, grads_);
 
   Arena measuring("activations", ctx.device);
-  plan_activations(config_, recipe_, chunk_, measuring, B_, T_);
+  plan_activations(config_, recipe_, chunk_, recompute_, measuring, B_, T_);
   activation_arena_->reserve(measuring.used());
   bind_activations(B_, T_);
   active_tokens_ = B_ * T_;
@@ -95,7 +102,7 @@ Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Contex
 Transformer::~Transformer() = default;
 
 std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
-    const ModelConfig& c, const Recipe& recipe, int64_t chunk, Arena& a, int64_t B, int64_t T) {
+    const ModelConfig& c, const Recipe& recipe, int64_t chunk, Recompute recompute, Arena& a, int64_t B, int64_t T) {
   const int64_t N = B * T, C = c.hidden_size, F = c.intermediate_size, D = c.head_dim;
   const int64_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, Htot = Hq + 2 * Hkv;
   const DType act = recipe.activation, stat = ops::compute_dtype(act);
@@ -109,6 +116,10 @@ std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
   s.inv_freq = a.allocate(stat, {D / 2});
   for (int64_t i = 0; i < 2 * c.num_hidden_layers + 1; ++i) s.residual.push_back(a.allocate(act, {N, C}));
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    if (recompute == Recompute::block && l > 0) {  // every block shares the first block's buffers
+      s.layers.push_back(s.layers.front());
+      continue;
+    }
     Activations::Layer L;
     L.ln1 = a.allocate(act, {N, C});
     L.rstd1 = a.allocate(stat, {N});
@@ -131,6 +142,7 @@ std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
   s.rstdf = a.allocate(stat, {N});
   s.logits = a.allocate(act, {std::min(chunk, N), c.vocab_size});
   s.losses = a.allocate(stat, {N});
+  s.loss_sum = a.allocate(DType::f64, {1});
   s.dresidual = a.allocate(act, {N, C});
   s.dnormed = a.allocate(act, {N, C});
   s.dqkv = a.allocate(act, {N, Htot, D});
@@ -142,7 +154,8 @@ std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
 }
 
 void Transformer::bind_activations(int64_t B, int64_t T) {
-  acts_ = plan_activations(config_, recipe_, chunk_, *activation_arena_, B, T);
+  acts_ = plan_activations(config_, recipe_, chunk_, recompute_, *activation_arena_, B, T);
+  ++layout_version_;
   // inv_freq is constant: converted from float64 on the host.
   const std::vector<double> inv = rope_inverse_frequencies(config_);
   const std::vector<float> inv_f(inv.begin(), inv.end());
@@ -151,11 +164,12 @@ void Transformer::bind_activations(int64_t B, int64_t T) {
 }
 
 Transformer::MemoryUse Transformer::estimate_memory(const ModelConfig& config, const Recipe& recipe,
-                                                    int64_t micro_batch, int64_t seq_len, int64_t chunk) {
+                                                    int64_t micro_batch, int64_t seq_len, int64_t chunk,
+                                                    Recompute recompute) {
   if (chunk <= 0) chunk = auto_chunk(micro_batch * seq_len, config.vocab_size);
   const int64_t P = total_numel(plan_parameters(config));
   Arena measuring("activations", Device::cpu);
-  plan_activations(config, recipe, chunk, measuring, micro_batch, seq_len);
+  plan_activations(config, recipe, chunk, recompute, measuring, micro_batch, seq_len);
   return {P * dtype_size(recipe.param), P * dtype_size(recipe.grad), measuring.used()};
 }
 
@@ -204,42 +218,54 @@ void Transformer::load_batch(const HostBatch& batch, int64_t tokens) {
   if (s.packed) copy_from_host(ctx_, s.segment_ids, batch.segment_ids);
 }
 
-void Transformer::forward() {
+void Transformer::attention_inputs(int64_t l) {
   const ModelConfig& c = config_;
   Activations& s = *acts_;
   const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  const Tensor segments = s.packed ? s.segment_ids : Tensor();
+  const LayerParams& p = params_.layers[l];
+  Activations::Layer& L = s.layers[l];
+  // attention(rope(qk_norm(qkv(rmsnorm(x)))))
+  ops::rmsnorm_forward(ctx_, L.ln1, L.rstd1, s.residual[2 * l], p.input_norm, c.rms_norm_eps);
+  ops::linear_forward(ctx_, L.qkv_raw.view({L.qkv_raw.dim(0), L.qkv_raw.dim(1) * L.qkv_raw.dim(2)}), L.ln1, p.qkv, p.qkv_bias);
+  if (c.qk_norm)
+    ops::qk_norm_forward(ctx_, L.qkv, L.qk_rstd, L.qkv_raw, p.q_norm, p.k_norm, Hq, Hkv, c.rms_norm_eps);
+  ops::rope_forward(ctx_, L.qkv, s.positions, s.inv_freq, Hq + Hkv);
+  const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
+  const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
+  ops::attention_forward(ctx_, attn4, L.lse, qkv4, s.packed ? s.segment_ids : Tensor(), Hq, Hkv, scale);
+}
 
+void Transformer::mlp_inputs(int64_t l) {
+  const ModelConfig& c = config_;
+  Activations& s = *acts_;
+  const LayerParams& p = params_.layers[l];
+  Activations::Layer& L = s.layers[l];
+  // swiglu(gate_up(rmsnorm(x_mid)))
+  ops::rmsnorm_forward(ctx_, L.ln2, L.rstd2, s.residual[2 * l + 1], p.post_norm, c.rms_norm_eps);
+  ops::linear_forward(ctx_, L.gate_up, L.ln2, p.gate_up, Tensor());
+  ops::swiglu_forward(ctx_, L.hidden, L.gate_up);
+}
+
+void Transformer::forward() {
+  const ModelConfig& c = config_;
+  Activations& s = *acts_;
   ops::embedding_forward(ctx_, s.residual[0], s.input_ids, params_.embed);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const LayerParams& p = params_.layers[l];
-    Activations::Layer& L = s.layers[l];
-    const Tensor& x = s.residual[2 * l];
-    const Tensor& x_mid = s.residual[2 * l + 1];
-    const Tensor& x_out = s.residual[2 * l + 2];
-    // attention half: x_mid = x + o(attention(rope(qk_norm(qkv(rmsnorm(x))))))
-    ops::rmsnorm_forward(ctx_, L.ln1, L.rstd1, x, p.input_norm, c.rms_norm_eps);
-    ops::linear_forward(ctx_, L.qkv_raw.view({L.qkv_raw.dim(0), L.qkv_raw.dim(1) * L.qkv_raw.dim(2)}), L.ln1, p.qkv, p.qkv_bias);
-    if (c.qk_norm)
-      ops::qk_norm_forward(ctx_, L.qkv, L.qk_rstd, L.qkv_raw, p.q_norm, p.k_norm, Hq, Hkv, c.rms_norm_eps);
-    ops::rope_forward(ctx_, L.qkv, s.positions, s.inv_freq, Hq + Hkv);
-    const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
-    const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
-    ops::attention_forward(ctx_, attn4, L.lse, qkv4, segments, Hq, Hkv, scale);
-    ops::linear_forward(ctx_, x_mid, L.attn, p.o, Tensor(), x);
-    // MLP half: x_out = x_mid + down(swiglu(gate_up(rmsnorm(x_mid))))
-    ops::rmsnorm_forward(ctx_, L.ln2, L.rstd2, x_mid, p.post_norm, c.rms_norm_eps);
-    ops::linear_forward(ctx_, L.gate_up, L.ln2, p.gate_up, Tensor());
-    ops::swiglu_forward(ctx_, L.hidden, L.gate_up);
-    ops::linear_forward(ctx_, x_out, L.hidden, p.down, Tensor(), x_mid);
+    const Activations::Layer& L = s.layers[l];
+    // x_mid = x + o(attention(...)); x_out = x_mid + down(swiglu(...)): the residual adds ride in the GEMMs.
+    attention_inputs(l);
+    ops::linear_forward(ctx_, s.residual[2 * l + 1], L.attn, p.o, Tensor(), s.residual[2 * l]);
+    mlp_inputs(l);
+    ops::linear_forward(ctx_, s.residual[2 * l + 2], L.hidden, p.down, Tensor(), s.residual[2 * l + 1]);
   }
   ops::rmsnorm_forward(ctx_, s.lnf, s.rstdf, s.residual.back(), params_.final_norm, c.rms_norm_eps);
 }
 
 // LM head + cross-entropy, chunk by chunk so (N,V) logits never exist at once. With backward,
 // each chunk's dlogits (in place) immediately produce its share of d(lnf) and d(lm_head).
-double Transformer::head_loss(double dloss_scale, bool with_backward) {
+void Transformer::head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate) {
   Activations& s = *acts_;
   const int64_t N = s.lnf.dim(0);
   for (int64_t begin = 0; begin < N; begin += chunk_) {
@@ -253,10 +279,33 @@ double Transformer::head_loss(double dloss_scale, bool with_backward) {
       ops::linear_backward(ctx_, s.dnormed.slice_rows(begin, end), param_grads_.lm_head, Tensor(), logits,
                            lnf, params_.lm_head);
   }
-  const std::vector<double> losses = to_host_doubles(ctx_, s.losses);
-  double sum = 0.0;
-  for (double v : losses) sum += v;  // fixed order: deterministic
-  return sum;
+  ops::sum_to(ctx_, loss_sum, s.losses, accumulate);  // fixed order: deterministic
+}
+
+double Transformer::read_loss_sum() { return to_host_doubles(ctx_, acts_->loss_sum)[0]; }
+
+void Transformer::reserve_staging(int64_t count, bool packed) {
+  INGOT_CHECK(count >= 1, "reserve_staging: count ", count, " must be >= 1");
+  const int64_t N = B_ * T_;
+  staging_arena_ = std::make_unique<Arena>("input staging", ctx_.device);
+  staging_arena_->reserve(count * 4 * N * 4 + Arena::kAlignment);
+  staged_inputs_ = staging_arena_->allocate(DType::i32, {count, 4, N});
+  ops::zero(ctx_, staged_inputs_);
+  staged_packed_ = packed;
+}
+
+void Transformer::use_staged(int64_t micro) {
+  INGOT_CHECK(staged_inputs_.present() && micro >= 0 && micro < staged_inputs_.dim(0), "use_staged: micro-batch ",
+              micro, " is not staged");
+  INGOT_CHECK(active_tokens_ == B_ * T_, "use_staged: the model is bound to a shorter input");
+  Activations& s = *acts_;
+  const int64_t N = B_ * T_;
+  const Tensor rows = staged_inputs_.view({staged_inputs_.dim(0) * 4, N});
+  ops::copy(ctx_, s.input_ids, rows.slice_rows(4 * micro, 4 * micro + 1).view({N}));
+  ops::copy(ctx_, s.targets, rows.slice_rows(4 * micro + 1, 4 * micro + 2).view({N}));
+  ops::copy(ctx_, s.positions, rows.slice_rows(4 * micro + 2, 4 * micro + 3).view({N}));
+  s.packed = staged_packed_;
+  if (s.packed) ops::copy(ctx_, s.segment_ids, rows.slice_rows(4 * micro + 3, 4 * micro + 4).view({B_, T_}));
 }
 
 void Transformer::backward() {
@@ -270,6 +319,12 @@ void Transformer::backward() {
   ops::rmsnorm_backward(ctx_, s.dresidual, param_grads_.final_norm, s.dnormed, s.residual.back(),
                         params_.final_norm, s.rstdf);
   for (int64_t l = c.num_hidden_layers - 1; l >= 0; --l) {
+    // Shared buffers hold the last block's activations after the forward; earlier blocks are
+    // recomputed from their stored inputs (same ops, same order: bitwise the same values).
+    if (recompute_ == Recompute::block && l < c.num_hidden_layers - 1) {
+      attention_inputs(l);
+      mlp_inputs(l);
+    }
     const LayerParams& p = params_.layers[l];
     const LayerParams& g = param_grads_.layers[l];
     Activations::Layer& L = s.layers[l];
@@ -297,15 +352,20 @@ void Transformer::backward() {
 }
 
 double Transformer::forward_backward(double dloss_scale) {
+  forward_backward_into(dloss_scale, acts_->loss_sum, false);
+  return read_loss_sum();
+}
+
+void Transformer::forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate) {
   forward();
-  const double loss_sum = head_loss(dloss_scale, true);
+  head_loss(dloss_scale, true, loss_sum, accumulate);
   backward();
-  return loss_sum;
 }
 
 double Transformer::forward_loss() {
   forward();
-  return head_loss(0.0, false);
+  head_loss(0.0, false, acts_->loss_sum, false);
+  return read_loss_sum();
 }
 
 std::vector<double> Transformer::forward_logits() {

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ingot/core/arena.h"
@@ -26,6 +27,13 @@ struct HostBatch {
   const int32_t* segment_ids = nullptr;
 };
 
+// Activation memory policy. none: every block keeps its activations for the backward. block: only
+// each block's input (the residual stream) is kept; the backward re-runs the block's forward
+// (without its two output projections) into one shared set of buffers, about a third more
+// compute for a fraction of the activation memory.
+enum class Recompute { none, block };
+Recompute parse_recompute(const std::string& name);  // "none" | "block"
+
 // Inverse RoPE frequencies (D/2) in float64, llama3 scaling applied when configured.
 std::vector<double> rope_inverse_frequencies(const ModelConfig& config);
 
@@ -33,7 +41,7 @@ class Transformer {
  public:
   // logits_chunk_tokens: how many tokens' logits exist at once in the LM head + loss (0 = auto).
   Transformer(const ModelConfig& config, const Recipe& recipe, Context& ctx, int64_t micro_batch,
-              int64_t seq_len, int64_t logits_chunk_tokens = 0);
+              int64_t seq_len, int64_t logits_chunk_tokens = 0, Recompute recompute = Recompute::none);
   ~Transformer();
 
   const ModelConfig& config() const { return config_; }
@@ -54,6 +62,19 @@ class Transformer {
   // Forward and backward of the loaded micro-batch: grads += d(sum of losses * dloss_scale).
   // Returns the sum of per-token losses (host read).
   double forward_backward(double dloss_scale);
+  // The same, with the loss sum written (accumulate: added) to loss_sum, a (1) f64 tensor on the
+  // model's device; nothing is read back, so a CUDA graph can capture it.
+  void forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate);
+
+  // Device-side inputs for whole optimizer steps: staging for `count` micro-batches, filled in
+  // one upload, then selected one by one inside the (captured) step. Row layout of
+  // staged_inputs(): (count, 4, B*T) i32 = input ids, targets, positions, segment ids.
+  void reserve_staging(int64_t count, bool packed);
+  Tensor staged_inputs() const { return staged_inputs_; }
+  void use_staged(int64_t micro);  // device copy of micro-batch `micro` into the model's inputs
+  // Changes whenever the activation buffers are re-planned (a shorter generation input): a
+  // captured graph holding the old addresses must then be captured again.
+  int64_t layout_version() const { return layout_version_; }
   // Forward only; returns the sum of per-token losses.
   double forward_loss();
   // Forward only; writes logits (tokens, V) of the loaded batch to the host, as doubles.
@@ -65,24 +86,35 @@ class Transformer {
   struct MemoryUse { int64_t params, grads, activations; };
   MemoryUse memory_use() const;
   static MemoryUse estimate_memory(const ModelConfig& config, const Recipe& recipe,
-                                   int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0);
+                                   int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0,
+                                   Recompute recompute = Recompute::none);
 
  private:
   struct Activations;
   static std::unique_ptr<Activations> plan_activations(const ModelConfig& config, const Recipe& recipe,
-                                                       int64_t chunk, Arena& arena, int64_t B, int64_t T);
+                                                       int64_t chunk, Recompute recompute, Arena& arena,
+                                                       int64_t B, int64_t T);
   void bind_activations(int64_t B, int64_t T);
   void forward();
+  // Block l up to its projections' inputs: ln1, qkv, attention (attn, lse); ln2, gate_up, hidden.
+  void attention_inputs(int64_t l);
+  void mlp_inputs(int64_t l);
   void backward();
-  double head_loss(double dloss_scale, bool with_backward);
+  // LM head + cross-entropy over the loaded batch; the sum of per-token losses goes to loss_sum.
+  void head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate);
+  double read_loss_sum();
 
   ModelConfig config_;
   Recipe recipe_;
   Context& ctx_;
   int64_t B_, T_, chunk_;
+  Recompute recompute_;
   int64_t active_tokens_;
   std::vector<ParamEntry> entries_;
-  std::unique_ptr<Arena> param_arena_, grad_arena_, activation_arena_;
+  std::unique_ptr<Arena> param_arena_, grad_arena_, activation_arena_, staging_arena_;
+  Tensor staged_inputs_;
+  bool staged_packed_ = false;
+  int64_t layout_version_ = 0;
   Tensor weights_, grads_;
   ModelParams params_, param_grads_;
   std::unique_ptr<Activations> acts_;

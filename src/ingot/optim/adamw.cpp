@@ -14,10 +14,12 @@ int64_t AdamW::estimate_master_bytes(int64_t numel, const Recipe& recipe) {
 
 AdamW::AdamW(const std::vector<ParamEntry>& entries, const Recipe& recipe, Context& ctx,
              const AdamWConfig& config, Tensor weights)
-    : entries_(entries), recipe_(recipe), ctx_(ctx), config_(config) {
+    : entries_(entries), recipe_(recipe), ctx_(ctx), config_(config),
+      scalar_upload_(ctx, ops::kAdamWSlots * int64_t(sizeof(double))) {
   const int64_t P = weights.numel();
   state_arena_ = std::make_unique<Arena>("optimizer state", ctx.device);
   master_arena_ = std::make_unique<Arena>("master weights", ctx.device);
+  scalar_arena_ = std::make_unique<Arena>("optimizer scalars", ctx.device);
   state_arena_->reserve(estimate_state_bytes(P, recipe) + 2 * Arena::kAlignment);
   m_ = state_arena_->allocate(recipe.optimizer_state, {P});
   v_ = state_arena_->allocate(recipe.optimizer_state, {P});
@@ -28,6 +30,20 @@ AdamW::AdamW(const std::vector<ParamEntry>& entries, const Recipe& recipe, Conte
     master_ = master_arena_->allocate(DType::f32, {P});
     ops::copy(ctx, master_, weights);
   }
+  // Decayed parameters as merged element ranges. Padding between parameters is zero in every
+  // buffer and stays zero under the update, so a range may run across it.
+  std::vector<int64_t> runs;
+  for (const ParamEntry& e : entries_) {
+    if (!decays(e) || e.numel == 0) continue;
+    if (!runs.empty() && runs.back() <= e.offset && e.offset - runs.back() < 64) runs.back() = e.offset + e.numel;
+    else runs.insert(runs.end(), {e.offset, e.offset + e.numel});
+  }
+  const int64_t R = static_cast<int64_t>(runs.size() / 2);
+  scalar_arena_->reserve(2 * Arena::kAlignment + (2 * std::max<int64_t>(R, 1) + ops::kAdamWSlots) * 8);
+  decay_runs_ = scalar_arena_->allocate(DType::i64, {R, 2});
+  scalars_ = scalar_arena_->allocate(DType::f64, {ops::kAdamWSlots});
+  if (R > 0) copy_from_host(ctx, decay_runs_, runs.data());
+  ops::zero(ctx, scalars_);
 }
 
 bool AdamW::decays(const ParamEntry& e) const {
@@ -40,26 +56,36 @@ bool AdamW::decays(const ParamEntry& e) const {
   return true;
 }
 
-double AdamW::step(Tensor weights, Tensor grads, double lr, int64_t step) {
-  // Padding between parameters in the flat buffer stays zero, so one pass gives the global norm.
-  const double norm = std::sqrt(ops::sum_squares(ctx_, grads));
-  double clip = 1.0;
-  // torch.nn.utils.clip_grad_norm_: coefficient max/(norm+1e-6), clamped to 1.
-  if (config_.max_grad_norm > 0) clip = std::min(1.0, config_.max_grad_norm / (norm + 1e-6));
-  ops::AdamWHyper hyper;
-  hyper.lr = lr;
-  hyper.beta1 = config_.beta1;
-  hyper.beta2 = config_.beta2;
-  hyper.eps = config_.eps;
-  hyper.step = step;
-  hyper.grad_scale = clip;
-  for (const ParamEntry& e : entries_) {
-    hyper.weight_decay = decays(e) ? config_.weight_decay : 0.0;
-    const Tensor master = master_.present() ? param_view(master_, e) : Tensor();
-    ops::adamw_update(ctx_, param_view(weights, e), param_view(grads, e), param_view(m_, e), param_view(v_, e),
-                      master, hyper);
-  }
-  return norm;
+void AdamW::set_step(double lr, int64_t step, double grad_divisor) {
+  INGOT_CHECK(step >= 1, "AdamW: step ", step, " must be >= 1 (it is 1-based)");
+  INGOT_CHECK(grad_divisor > 0, "AdamW: gradient divisor ", grad_divisor, " must be positive");
+  const double t = static_cast<double>(step);
+  // Two slots in turn: the host rewrites one only after the copy that last read it has run.
+  const int slot = static_cast<int>(uploads_++ % scalar_upload_.slots());
+  scalar_upload_.wait(slot);
+  double* s = static_cast<double*>(scalar_upload_.slot(slot));
+  std::fill(s, s + ops::kAdamWSlots, 0.0);
+  // Formed in double and rounded once on the device, as torch does with Python-float hyperparameters.
+  s[ops::kAdamWStepSize] = lr / (1.0 - std::pow(config_.beta1, t));
+  s[ops::kAdamWBiasCorrection2] = std::sqrt(1.0 - std::pow(config_.beta2, t));
+  s[ops::kAdamWDecay] = 1.0 - lr * config_.weight_decay;
+  s[ops::kAdamWGradDivisor] = grad_divisor;
+  s[ops::kAdamWMaxGradNorm] = config_.max_grad_norm;
+  scalar_upload_.upload(slot, scalars_);
+}
+
+void AdamW::update(Tensor weights, Tensor grads) {
+  ops::AdamWConstants constants;
+  constants.beta1 = config_.beta1;
+  constants.beta2 = config_.beta2;
+  constants.eps = config_.eps;
+  ops::adamw_step(ctx_, weights, grads, m_, v_, master_, decay_runs_, scalars_, constants);
+}
+
+double AdamW::step(Tensor weights, Tensor grads, double lr, int64_t step, double grad_divisor) {
+  set_step(lr, step, grad_divisor);
+  update(weights, grads);
+  return to_host_doubles(ctx_, grad_norm())[0];
 }
 
 }  // namespace ingot

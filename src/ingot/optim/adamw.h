@@ -1,11 +1,14 @@
 // AdamW over the model's flat parameter buffer, with global-norm gradient clipping folded into the
-// update (one scale factor, no extra pass over the gradients). Weight decay is decoupled and, by
-// default, applies to matrices only: not to norms, biases or embeddings.
+// update (ops::adamw_step: a fixed handful of launches, whatever the parameter count). Weight
+// decay is decoupled and, by default, applies to matrices only: not to norms, biases or embeddings.
+// Per-step values (learning rate, step, gradient divisor) live in a small device tensor written
+// before each step, so the update can be replayed from a captured CUDA graph.
 #pragma once
 #include <memory>
 #include <vector>
 
 #include "ingot/core/arena.h"
+#include "ingot/core/staging.h"
 #include "ingot/model/parameters.h"
 #include "ingot/ops/ops.h"
 #include "ingot/recipe/recipe.h"
@@ -22,9 +25,18 @@ class AdamW {
  public:
   AdamW(const std::vector<ParamEntry>& entries, const Recipe& recipe, Context& ctx, const AdamWConfig& config,
         Tensor weights);
-  // One update with learning rate lr; `step` counts updates from 1. Returns the global grad norm
-  // (before clipping).
-  double step(Tensor weights, Tensor grads, double lr, int64_t step);
+
+  // Sets the scalars of the next update(): learning rate lr, `step` counting updates from 1, and
+  // grad_divisor, the number of loss terms the gradient buffer sums over (the update divides by
+  // it). An asynchronous upload from pinned memory: no host wait in the steady state.
+  void set_step(double lr, int64_t step, double grad_divisor);
+  // Enqueues clipping + AdamW over the whole flat buffer with the scalars set last (capturable).
+  void update(Tensor weights, Tensor grads);
+  // (1) f64 on the device: the global norm of the mean-loss gradient, before clipping, as
+  // computed by the last update().
+  Tensor grad_norm() const { return scalars_.slice_rows(ops::kAdamWGradNorm, ops::kAdamWGradNorm + 1); }
+  // set_step + update + read the norm back (synchronising): tests and one-off callers.
+  double step(Tensor weights, Tensor grads, double lr, int64_t step, double grad_divisor = 1.0);
 
   Tensor exp_avg() const { return m_; }      // flat (P)
   Tensor exp_avg_sq() const { return v_; }   // flat (P)
@@ -41,8 +53,12 @@ class AdamW {
   Recipe recipe_;
   Context& ctx_;
   AdamWConfig config_;
-  std::unique_ptr<Arena> state_arena_, master_arena_;
+  std::unique_ptr<Arena> state_arena_, master_arena_, scalar_arena_;
   Tensor m_, v_, master_;
+  Tensor decay_runs_;   // (R,2) i64: element ranges that take weight decay
+  Tensor scalars_;      // (ops::kAdamWSlots) f64
+  HostRing scalar_upload_;
+  int64_t uploads_ = 0;
 };
 
 }  // namespace ingot

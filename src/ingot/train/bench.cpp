@@ -14,6 +14,7 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/profile.h"
 #include "ingot/optim/adamw.h"
+#include "ingot/train/train_step.h"
 #include "ingot/train/trainer.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/device.h"
@@ -65,12 +66,14 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.master_weights);
   const int64_t B = o.micro_batch, T = o.seq;
 
-  Transformer model(config, recipe, ctx, B, T);
+  Transformer model(config, recipe, ctx, B, T, 0, parse_recompute(o.recompute));
   model.init_random(1);
   AdamWConfig adam;
   adam.weight_decay = 0.01;
   AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
 
+  // The trainer's step (train/train_step.h): staged inputs, captured CUDA graph, async results.
+  TrainStep runner(ctx, model, optimizer, 1, false, o.cuda_graph);
   // Random tokens, never zeros: uniform over the vocabulary.
   std::vector<int32_t> inputs(B * T), targets(B * T), positions(B * T);
   for (int64_t i = 0; i < B * T; ++i) {
@@ -78,24 +81,25 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     targets[i] = static_cast<int32_t>(1 + splitmix64(2 * i + 1) % (config.vocab_size - 1));
     positions[i] = static_cast<int32_t>(i % T);
   }
-  HostBatch batch{inputs.data(), targets.data(), positions.data(), nullptr};
-
   auto synchronize = [&]() {
 #ifdef INGOT_HAVE_CUDA
     if (ctx.device == Device::cuda) cuda::synchronize(ctx.cuda);
 #endif
   };
-  auto train_step = [&](int64_t s) {
-    ops::zero(ctx, model.grads());
-    model.load_batch(batch);
-    model.forward_backward(1.0 / static_cast<double>(B * T));
-    optimizer.step(model.weights(), model.grads(), 1e-4, s + 1);
+  auto train_step = [&](int64_t s, bool eager) {
+    const data::BatchBuffers b = runner.host_batch(0);
+    std::copy(inputs.begin(), inputs.end(), b.input_ids);
+    std::copy(targets.begin(), targets.end(), b.targets);
+    std::copy(positions.begin(), positions.end(), b.positions);
+    std::fill(b.segment_ids, b.segment_ids + B * T, 0);
+    runner.launch(s + 1, 1e-4, B * T, eager);
+    runner.collect();
   };
   std::vector<double> step_ms;
   for (int64_t s = 0; s < o.warmup + o.steps; ++s) {
     synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    train_step(s);
+    train_step(s, false);
     synchronize();
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) step_ms.push_back(ms);
@@ -104,7 +108,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   if (o.profile) {
     ops::reset_profile();
     ops::set_profiling(true);
-    train_step(o.warmup + o.steps);
+    train_step(o.warmup + o.steps, true);
     ops::set_profiling(false);
     double total = 0;
     for (const auto& [name, st] : ops::profile_stats()) total += st.ms;
@@ -143,6 +147,9 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     nlohmann::ordered_json j = {{"system", "ingot"}, {"model", o.model}, {"seq", T}, {"micro_batch", B},
                                 {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu}, {"step_ms", r.step_ms},
                                 {"peak_gib", r.peak_gib}, {"device", device.description()}};
+#ifdef INGOT_HAVE_CUDA
+    if (ctx.device == Device::cuda) j["libraries"] = cuda::library_versions();
+#endif
     log << j.dump() << std::endl;
   } else {
     log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B

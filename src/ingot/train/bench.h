@@ -15,6 +15,8 @@ struct BenchOptions {
   int64_t seq = 4096, micro_batch = 4, steps = 20, warmup = 3;
   std::string device = "auto";
   bool master_weights = true;
+  bool cuda_graph = true;       // replay the captured step, as `ingot train` does
+  std::string recompute = "none";
   bool json = false;            // one JSON line instead of a table
   bool profile = false;         // after timing, one step with every op timed: the step breakdown
 };

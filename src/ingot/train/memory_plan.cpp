@@ -14,8 +14,9 @@ std::string TrainingMemory::summary() const {
 }
 
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
-                                        int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens) {
-  const auto model = Transformer::estimate_memory(config, recipe, micro_batch, seq_len, logits_chunk_tokens);
+                                        int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens,
+                                        Recompute recompute) {
+  const auto model = Transformer::estimate_memory(config, recipe, micro_batch, seq_len, logits_chunk_tokens, recompute);
   const int64_t P = total_numel(plan_parameters(config));
   TrainingMemory m;
   m.params = model.params;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "ingot/model/config.h"
+#include "ingot/model/transformer.h"
 #include "ingot/recipe/recipe.h"
 
 namespace ingot {
@@ -17,6 +18,7 @@ struct TrainingMemory {
 };
 
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
-                                        int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0);
+                                        int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0,
+                                        Recompute recompute = Recompute::none);
 
 }  // namespace ingot

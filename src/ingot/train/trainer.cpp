@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <ostream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "ingot/train/checkpoint.h"
 #include "ingot/train/memory_plan.h"
 #include "ingot/train/metrics.h"
+#include "ingot/train/train_step.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/device.h"
 #endif
@@ -127,7 +129,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
 
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
-  const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens);
+  const Recompute recompute = parse_recompute(c.recompute);
+  const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute);
   const int64_t total = memory.total();
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << recipe.name << "\n"
@@ -142,7 +145,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     fail("the run needs ", format_bytes(total), " but only ", format_bytes(available), " is available on ",
          device.description(), "; reduce micro_batch_size or sequence_len");
 
-  Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens);
+  Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
   else model.init_random(c.seed);
   AdamWConfig adam;
@@ -174,23 +177,24 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
 
-  // Host staging for one optimizer step's micro-batches: (accum, B, T) each.
+  // Training batches go through the step runner's pinned staging; evaluation uses its own.
+  TrainStep runner(ctx, model, optimizer, accum, by_document, c.cuda_graph);
   const int64_t rows = B * T;
-  std::vector<int32_t> inputs(accum * rows), targets(accum * rows), positions(accum * rows), segments(accum * rows);
-  auto buffers_at = [&](int64_t micro) {
+  std::vector<int32_t> inputs(rows), targets(rows), positions(rows), segments(rows);
+  auto buffers_at = [&](int64_t) {
     data::BatchBuffers b;
-    b.input_ids = inputs.data() + micro * rows;
-    b.targets = targets.data() + micro * rows;
-    b.positions = positions.data() + micro * rows;
-    b.segment_ids = segments.data() + micro * rows;
+    b.input_ids = inputs.data();
+    b.targets = targets.data();
+    b.positions = positions.data();
+    b.segment_ids = segments.data();
     return b;
   };
-  auto batch_at = [&](int64_t micro) {
+  auto batch_at = [&](int64_t) {
     HostBatch hb;
-    hb.input_ids = inputs.data() + micro * rows;
-    hb.targets = targets.data() + micro * rows;
-    hb.positions = positions.data() + micro * rows;
-    hb.segment_ids = by_document ? segments.data() + micro * rows : nullptr;
+    hb.input_ids = inputs.data();
+    hb.targets = targets.data();
+    hb.positions = positions.data();
+    hb.segment_ids = by_document ? segments.data() : nullptr;
     return hb;
   };
 
@@ -230,25 +234,23 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   int64_t window_steps = 0;
   const double elapsed_before = metrics.records().empty() ? 0.0 : metrics.records().back().elapsed_s;
 
-  for (int64_t step = start_step; step < c.max_steps; ++step) {
-    // The loss is the mean over all unmasked targets of the whole accumulated batch, so every
-    // micro-batch's gradient is scaled by the same 1/count.
-    for (int64_t micro = 0; micro < accum; ++micro) loader.next_batch(B, buffers_at(micro));
-    int64_t count = 0;
-    for (int32_t t : targets) count += t != ops::kIgnoreIndex;
-    const double dloss_scale = count ? 1.0 / static_cast<double>(count) : 0.0;
-    double loss_sum = 0;
-    ops::zero(ctx, model.grads());
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      model.load_batch(batch_at(micro));
-      loss_sum += model.forward_backward(dloss_scale);
-    }
-    const double lr = schedule.at(step);
-    const double grad_norm = optimizer.step(model.weights(), model.grads(), lr, step + 1);
-    const double loss = count ? loss_sum / static_cast<double>(count) : 0.0;
-    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", step + 1, "; lower learning_rate or check the data");
+  // A step is launched, then the previous one is finished (its loss read, logged): the GPU
+  // always has the next step queued while the host logs and loads data. A step that evaluates or
+  // saves is finished before the next launch, since both need its weights.
+  struct Launched {
+    int64_t step;   // 1-based
+    double lr;
+    int64_t count;  // targets that are not ignored
+  };
+  std::deque<Launched> in_flight;
+  auto finish_oldest = [&]() {
+    const StepResult res = runner.collect();
+    const Launched info = in_flight.front();
+    in_flight.pop_front();
+    const double loss = info.count ? res.loss_sum / static_cast<double>(info.count) : 0.0;
+    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
     ++window_steps;
-    const int64_t done = step + 1;
+    const int64_t done = info.step;
     result.final_loss = loss;
 
     const bool last = done == c.max_steps;
@@ -260,8 +262,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       MetricsRecord r;
       r.step = done;
       r.loss = loss;
-      r.lr = lr;
-      r.grad_norm = grad_norm;
+      r.lr = info.lr;
+      r.grad_norm = res.grad_norm;
       r.tokens_per_s = static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9);
       r.elapsed_s = elapsed;
       if (do_eval) {
@@ -271,7 +273,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       const double per_step = seconds_since(t_start) / static_cast<double>(done - start_step);
       char line[320];
       std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | elapsed %s | eta %s",
-                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, lr, grad_norm,
+                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, info.lr, res.grad_norm,
                     r.tokens_per_s, format_duration(elapsed).c_str(),
                     format_duration(per_step * static_cast<double>(c.max_steps - done)).c_str());
       log << line;
@@ -283,7 +285,28 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     }
     if (last || (c.save_steps > 0 && done % c.save_steps == 0)) save(done);
     result.steps = done;
+  };
+  auto needs_weights = [&](int64_t done) {
+    return done == c.max_steps || (c.eval_steps > 0 && done % c.eval_steps == 0) ||
+           (c.save_steps > 0 && done % c.save_steps == 0);
+  };
+
+  for (int64_t step = start_step; step < c.max_steps; ++step) {
+    // The loss is the mean over all unmasked targets of the whole accumulated batch: the
+    // gradients sum over the targets and the optimizer divides by their count.
+    int64_t count = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const data::BatchBuffers b = runner.host_batch(micro);
+      loader.next_batch(B, b);
+      for (int64_t i = 0; i < rows; ++i) count += b.targets[i] != ops::kIgnoreIndex;
+    }
+    const double lr = schedule.at(step);
+    runner.launch(step + 1, lr, count);
+    in_flight.push_back({step + 1, lr, count});
+    if (in_flight.size() == 2) finish_oldest();
+    if (needs_weights(step + 1)) finish_oldest();
   }
+  while (!in_flight.empty()) finish_oldest();
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
   const auto checkpoints = list_checkpoints(c.output_dir);
   if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();

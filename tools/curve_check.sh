@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The demo model trained on the fortunes shards (runs/demo-data) on the CPU reference (fp32) and on
+# CUDA (bf16, twice, and fp32), then the loss curves compared: mean |cuda - cpu| over the last 100
+# steps, and whether the two bf16 runs ended with identical weights.
+#   usage: tools/curve_check.sh [BUILD_DIR] [STEPS]     (logs and metrics under $OUT or /tmp/ingot-out)
+set -uo pipefail
+build=${1:-build}; steps=${2:-300}
+out=${OUT:-/tmp/ingot-out}; mkdir -p "$out"
+[ -d runs/demo-data ] || "$build/ingot" prepare /usr/share/games/fortunes --doc-separator % -o runs/demo-data --overwrite >/dev/null
+train() {  # name device precision
+  "$build/ingot" train examples/demo.yaml --overwrite --set device=$2 --set precision=$3 --set output_dir=runs/curve-$1 \
+    --set max_steps=$steps --set logging_steps=1 --set eval_steps=0 --set save_steps=0 >"$out/train_$1.log" 2>&1 \
+    || { echo "train $1 failed:"; tail -5 "$out/train_$1.log"; }
+  cp runs/curve-$1/metrics.jsonl "$out/metrics_$1.jsonl" 2>/dev/null
+}
+t0=$(date +%s)
+train cpu cpu fp32; train cuda-bf16 cuda bf16; train cuda-bf16-again cuda bf16; train cuda-fp32 cuda fp32
+cmp -s runs/curve-cuda-bf16/checkpoint-$steps/model.safetensors runs/curve-cuda-bf16-again/checkpoint-$steps/model.safetensors \
+  && echo "cuda bf16 run twice: identical weights" || echo "cuda bf16 run twice: weights DIFFER"
+python3 - "$out" <<'PY'
+import json, sys, os
+out = sys.argv[1]
+def losses(name):
+    p = os.path.join(out, f"metrics_{name}.jsonl")
+    return [json.loads(l)["loss"] for l in open(p)] if os.path.exists(p) else []
+cpu = losses("cpu")
+for name in ("cuda-bf16", "cuda-fp32"):
+    a = losses(name); n = min(len(a), len(cpu)); k = min(100, n)
+    if k == 0: print(f"{name}: no curve"); continue
+    tail = [a[i] - cpu[i] for i in range(n - k, n)]
+    print(f"{name} vs cpu fp32: {n} steps; mean |diff| over the last {k}: {sum(map(abs, tail)) / k:.4f} "
+          f"(mean signed {sum(tail) / k:+.4f}); final loss {a[n-1]:.4f} / {cpu[n-1]:.4f}")
+PY
+echo "curve check: $(( $(date +%s) - t0 )) s"
