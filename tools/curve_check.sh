@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The demo model trained on the fortunes shards (runs/demo-data) on the CPU reference (fp32) and on
-# CUDA (bf16, twice, and fp32), then the loss curves compared: mean |cuda - cpu| over the last 100
-# steps, and whether the two bf16 runs ended with identical weights.
+# CUDA (bf16 twice; bf16 with the CUDA-core attention kernels, which keep the softmax
+# probabilities in f32 where cuDNN rounds them to bf16; fp32), then the loss curves compared:
+# mean |cuda - cpu| over the last 100 steps, and whether the two bf16 runs ended with identical
+# weights.
 #   usage: tools/curve_check.sh [BUILD_DIR] [STEPS]     (logs and metrics under $OUT or /tmp/ingot-out)
 set -uo pipefail
 build=${1:-build}; steps=${2:-300}
@@ -15,6 +17,7 @@ train() {  # name device precision
 }
 t0=$(date +%s)
 train cpu cpu fp32; train cuda-bf16 cuda bf16; train cuda-bf16-again cuda bf16; train cuda-fp32 cuda fp32
+INGOT_ATTENTION=kernels train cuda-bf16-f32-softmax cuda bf16
 cmp -s runs/curve-cuda-bf16/checkpoint-$steps/model.safetensors runs/curve-cuda-bf16-again/checkpoint-$steps/model.safetensors \
   && echo "cuda bf16 run twice: identical weights" || echo "cuda bf16 run twice: weights DIFFER"
 python3 - "$out" <<'PY'
@@ -24,7 +27,7 @@ def losses(name):
     p = os.path.join(out, f"metrics_{name}.jsonl")
     return [json.loads(l)["loss"] for l in open(p)] if os.path.exists(p) else []
 cpu = losses("cpu")
-for name in ("cuda-bf16", "cuda-fp32"):
+for name in ("cuda-bf16", "cuda-bf16-f32-softmax", "cuda-fp32"):
     a = losses(name); n = min(len(a), len(cpu)); k = min(100, n)
     if k == 0: print(f"{name}: no curve"); continue
     tail = [a[i] - cpu[i] for i in range(n - k, n)]

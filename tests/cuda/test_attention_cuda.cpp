@@ -362,5 +362,96 @@ TEST_F(CudaAttention, Perf) {
   for (const auto& r : rows) std::printf("%s\n", r.c_str());
 }
 
+// Short sequences: where does cuDNN start to beat the CUDA-core kernels? Same tokens per call
+// (B*T = 16384) at each length; the demo model's heads (4/2/64) and Llama-3.2-1B's (32/8/64).
+TEST_F(CudaAttention, PerfShortSequences) {
+  const char* env = std::getenv("INGOT_CUDA_PERF");
+  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  auto time_ms = [&](const std::function<void()>& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    cuda::Event start = cuda::event_create(), end = cuda::event_create();
+    std::vector<double> ms;
+    for (int i = 0; i < 15; ++i) {
+      cuda::event_record(start, state_);
+      fn();
+      cuda::event_record(end, state_);
+      ms.push_back(cuda::event_elapsed_ms(start, end));
+    }
+    cuda::event_destroy(start);
+    cuda::event_destroy(end);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  struct Heads {
+    const char* name;
+    int64_t Hq, Hkv, D;
+  };
+  std::printf("short-sequence attention on %s, B*T = 16384 tokens, fwd + bwd ms (median of 15):\n",
+              cuda::device_name().c_str());
+  std::printf("| heads            | T    | kernels | cudnn  |\n");
+  for (const Heads& h : {Heads{"demo 4/2/64", 4, 2, 64}, Heads{"llama-1b 32/8/64", 32, 8, 64}}) {
+    for (const int64_t T : {64, 128, 256, 512, 1024, 2048}) {
+      const int64_t B = 16384 / T, Htot = h.Hq + 2 * h.Hkv;
+      const double scale = 1.0 / std::sqrt(double(h.D));
+      Tensor qkv = alloc(DType::bf16, {B, T, Htot, h.D}), dout = alloc(DType::bf16, {B, T, h.Hq, h.D});
+      fill_random(qkv, 31);
+      fill_random(dout, 32);
+      Tensor out = alloc(DType::bf16, {B, T, h.Hq, h.D}), lse = alloc(DType::f32, {B, h.Hq, T});
+      Tensor dqkv = alloc(DType::bf16, {B, T, Htot, h.D});
+      double ms[2];
+      int i = 0;
+      for (const char* mode : {"kernels", "cudnn"}) {
+        ScopedMode scoped(mode);
+        ms[i++] = time_ms([&] {
+          ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
+          ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
+        });
+      }
+      std::printf("| %-16s | %4ld | %7.3f | %6.3f |\n", h.name, long(T), ms[0], ms[1]);
+    }
+  }
+}
+
+// Does cuDNN's deterministic backward pay for grouped kv heads? Llama-3.2-1B's attention at
+// 4096 x 4 with its 8 kv heads against the same 32 query heads with 32 kv heads (MHA).
+TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {
+  const char* env = std::getenv("INGOT_CUDA_PERF");
+  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  auto time_ms = [&](const std::function<void()>& fn) {
+    for (int i = 0; i < 3; ++i) fn();
+    cuda::Event start = cuda::event_create(), end = cuda::event_create();
+    std::vector<double> ms;
+    for (int i = 0; i < 10; ++i) {
+      cuda::event_record(start, state_);
+      fn();
+      cuda::event_record(end, state_);
+      ms.push_back(cuda::event_elapsed_ms(start, end));
+    }
+    cuda::event_destroy(start);
+    cuda::event_destroy(end);
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  const int64_t B = 4, T = 4096, Hq = 32, D = 64;
+  std::printf("| Hq/Hkv/D  | variant       | fwd ms | bwd ms |\n");
+  for (const int64_t Hkv : {8, 32}) {
+    const int64_t Htot = Hq + 2 * Hkv;
+    const double scale = 1.0 / std::sqrt(double(D));
+    Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
+    fill_random(qkv, 41);
+    fill_random(dout, 42);
+    Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+    for (const char* mode : {"cudnn", "cudnn-fast"}) {
+      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
+      const double f = time_ms([&] { ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale); });
+      const double b = time_ms([&] {
+        ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale);
+      });
+      std::printf("| %ld/%ld/%ld | %-13s | %6.2f | %6.2f |\n", long(Hq), long(Hkv), long(D), mode, f, b);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ingot::test
