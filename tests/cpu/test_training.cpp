@@ -131,6 +131,20 @@ TEST_F(Training, BlockRecomputeGivesIdenticalBits) {
   EXPECT_NE(out.find("layer"), std::string::npos) << out;
 }
 
+TEST_F(Training, RunThatCannotFitFailsBeforeAllocating) {
+  // Llama-3-8B at 64 x 65536 tokens (bench) and 10^8 rows of the tiny model (train) need terabytes:
+  // both commands must refuse with the plan before the first allocation, rather than crash in one.
+  std::string out;
+  EXPECT_NE(0, run_command(cli() + " bench --model llama-3-8b --device cpu --seq 65536 --micro-batch 64", &out));
+  EXPECT_NE(out.find("the run needs"), std::string::npos) << out;
+  EXPECT_NE(out.find("is available on cpu"), std::string::npos) << out;
+  EXPECT_NE(out.find("activations"), std::string::npos) << out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/huge", 2, 0), "huge",
+                     "--set micro_batch_size=100000000", &out));
+  EXPECT_NE(out.find("the run needs"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/huge/metrics.jsonl"));
+}
+
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   std::string out;
   // Straight: 8 steps. Interrupted: the same config stopped after 5 (max_steps=5), then resumed to 8.

@@ -14,6 +14,7 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/profile.h"
 #include "ingot/optim/adamw.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/train_step.h"
 #include "ingot/train/trainer.h"
 #ifdef INGOT_HAVE_CUDA
@@ -66,7 +67,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.master_weights);
   const int64_t B = o.micro_batch, T = o.seq;
 
-  Transformer model(config, recipe, ctx, B, T, 0, parse_recompute(o.recompute));
+  const Recompute recompute = parse_recompute(o.recompute);
+  check_memory_fits(estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute), ctx, device.description(),
+                    "try a smaller --micro-batch or --seq, --recompute block or --no-master-weights");
+  Transformer model(config, recipe, ctx, B, T, 0, recompute);
   model.init_random(1);
   AdamWConfig adam;
   adam.weight_decay = 0.01;

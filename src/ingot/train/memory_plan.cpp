@@ -5,6 +5,13 @@
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 
+#include <unistd.h>
+
+#include "ingot/core/error.h"
+#ifdef INGOT_HAVE_CUDA
+#include "ingot/ops/cuda/device.h"
+#endif
+
 namespace ingot {
 
 std::string TrainingMemory::summary() const {
@@ -26,6 +33,18 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   m.optimizer = AdamW::estimate_state_bytes(P, recipe);
   m.scratch = device == Device::cuda ? (int64_t{32} << 20) : 0;  // the cuBLASLt workspace
   return m;
+}
+
+void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,
+                       const std::string& hint) {
+  int64_t available = 0;
+#ifdef INGOT_HAVE_CUDA
+  if (ctx.device == Device::cuda) available = cuda::device_memory_free();
+#endif
+  if (ctx.device == Device::cpu) available = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  if (available > 0 && memory.total() > available)
+    fail("the run needs ", format_bytes(memory.total()), " (", memory.summary(), ") but only ", format_bytes(available),
+         " is available on ", device_description, "; ", hint);
 }
 
 }  // namespace ingot

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ingot/core/context.h"
 #include "ingot/model/config.h"
 #include "ingot/model/transformer.h"
 #include "ingot/recipe/recipe.h"
@@ -20,5 +21,10 @@ struct TrainingMemory {
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
                                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0,
                                         Recompute recompute = Recompute::none);
+
+// Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
+// memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint`.
+void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,
+                       const std::string& hint);
 
 }  // namespace ingot

@@ -131,19 +131,12 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
   const Recompute recompute = parse_recompute(c.recompute);
   const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute);
-  const int64_t total = memory.total();
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << recipe.name << "\n"
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
-  int64_t available = 0;
-#ifdef INGOT_HAVE_CUDA
-  if (ctx.device == Device::cuda) available = cuda::device_memory_free();
-#endif
-  if (ctx.device == Device::cpu) available = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (available > 0 && total > available)
-    fail("the run needs ", format_bytes(total), " but only ", format_bytes(available), " is available on ",
-         device.description(), "; reduce micro_batch_size or sequence_len");
+  check_memory_fits(memory, ctx, device.description(),
+                    "reduce micro_batch_size or sequence_len, or set recompute: block or master_weights: false");
 
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
