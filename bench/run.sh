@@ -122,14 +122,16 @@ if kind == "ingot":
 else:
     expected = [f"transformers-{m}" for m in kind.split(",")]
 have = {r.get("system") for r in rows}
+def is_oom(text):  # a CUDA allocation failure, or Ingot's memory plan refusing the run up front
+    return "out of memory" in text.lower() or "the run needs" in text
 for r in rows:
-    if "out of memory" in str(r.get("error", "")).lower():
+    if is_oom(str(r.get("error", ""))):
         r["oom"] = True
 for system in expected:
     if system not in have:
         rows.append({"system": system, "model": model, "seq": seq, "micro_batch": mb, "tokens_per_s": None,
                      "mfu": None, "step_ms": None, "peak_gib": None, "error": why()})
-        if "out of memory" in rows[-1]["error"].lower():
+        if is_oom(rows[-1]["error"]):
             rows[-1]["oom"] = True
 with open(results, "a") as f:
     for r in rows:
