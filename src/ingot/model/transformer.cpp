@@ -294,6 +294,12 @@ void Transformer::reserve_staging(int64_t count, bool packed) {
   staged_packed_ = packed;
 }
 
+void Transformer::bind_full_batch() {
+  if (active_tokens_ == B_ * T_) return;
+  bind_activations(B_, T_);
+  active_tokens_ = B_ * T_;
+}
+
 void Transformer::use_staged(int64_t micro) {
   INGOT_CHECK(staged_inputs_.present() && micro >= 0 && micro < staged_inputs_.dim(0), "use_staged: micro-batch ",
               micro, " is not staged");

@@ -72,6 +72,7 @@ class Transformer {
   void reserve_staging(int64_t count, bool packed);
   Tensor staged_inputs() const { return staged_inputs_; }
   void use_staged(int64_t micro);  // device copy of micro-batch `micro` into the model's inputs
+  void bind_full_batch();          // back to (B, T) after a shorter input (not during capture)
   // Changes whenever the activation buffers are re-planned (a shorter generation input): a
   // captured graph holding the old addresses must then be captured again.
   int64_t layout_version() const { return layout_version_; }

@@ -5,6 +5,11 @@
 
 namespace ingot {
 
+// set_step uploads the input slots only, which must therefore come first.
+static_assert(ops::kAdamWStepSize < ops::kAdamWSumSquares && ops::kAdamWBiasCorrection2 < ops::kAdamWSumSquares &&
+              ops::kAdamWDecay < ops::kAdamWSumSquares && ops::kAdamWGradDivisor < ops::kAdamWSumSquares &&
+              ops::kAdamWMaxGradNorm < ops::kAdamWSumSquares && ops::kAdamWSumSquares < ops::kAdamWGradNorm);
+
 int64_t AdamW::estimate_state_bytes(int64_t numel, const Recipe& recipe) {
   return 2 * numel * dtype_size(recipe.optimizer_state);
 }
@@ -71,7 +76,8 @@ void AdamW::set_step(double lr, int64_t step, double grad_divisor) {
   s[ops::kAdamWDecay] = 1.0 - lr * config_.weight_decay;
   s[ops::kAdamWGradDivisor] = grad_divisor;
   s[ops::kAdamWMaxGradNorm] = config_.max_grad_norm;
-  scalar_upload_.upload(slot, scalars_);
+  // Only the inputs: the slots the op writes (sum of squares, grad norm) keep the last update's values.
+  scalar_upload_.upload(slot, scalars_.slice_rows(0, ops::kAdamWSumSquares));
 }
 
 void AdamW::update(Tensor weights, Tensor grads) {

@@ -72,9 +72,14 @@ void TrainStep::launch(int64_t step, double lr, int64_t target_count, bool eager
   inputs_up_.upload(slot, model_.staged_inputs());
   optimizer_.set_step(lr, step, static_cast<double>(std::max<int64_t>(target_count, 1)));
 
-  const bool graph = use_graph_ && !eager && !ops::profiling_enabled();
-  if (graph && graph_ready_ && graph_layout_ != model_.layout_version()) graph_ready_ = false;
+  // A generation forward of a shorter input rebinds the activations: restore the step's shapes.
+  model_.bind_full_batch();
+  [[maybe_unused]] const bool graph = use_graph_ && !eager && !ops::profiling_enabled();
 #ifdef INGOT_HAVE_CUDA
+  // The graph holds buffer addresses: capture again if activations or scratch moved since.
+  if (graph && graph_ready_ && (graph_layout_ != model_.layout_version() ||
+                                graph_scratch_ != cuda::scratch_generation(ctx_.cuda)))
+    graph_ready_ = false;
   if (graph && !graph_ready_ && launches_ > 0) {
     // An earlier launch ran eagerly, so every plan and scratch buffer exists: capture now.
     cuda::begin_capture(ctx_.cuda);
@@ -87,6 +92,7 @@ void TrainStep::launch(int64_t step, double lr, int64_t target_count, bool eager
     cuda::end_capture_and_instantiate(ctx_.cuda);
     graph_ready_ = true;
     graph_layout_ = model_.layout_version();
+    graph_scratch_ = cuda::scratch_generation(ctx_.cuda);
   }
   if (graph && graph_ready_) cuda::replay(ctx_.cuda);
   else body();

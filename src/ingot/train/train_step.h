@@ -8,6 +8,8 @@
 //   - The gradient buffer holds the gradient of the loss SUM; the optimizer divides by the
 //     number of targets (its grad_divisor), so one captured graph serves any target count.
 //   - At most two steps are in flight; collect() returns results in launch order.
+//   - The graph holds buffer addresses: it is captured again when the activations were re-planned
+//     (a shorter generation input in between) or the CUDA scratch buffer grew since.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -54,7 +56,7 @@ class TrainStep {
   int64_t accum_, rows_;
   bool use_graph_;
   bool graph_ready_ = false;
-  int64_t launches_ = 0, graph_layout_ = -1;
+  int64_t launches_ = 0, graph_layout_ = -1, graph_scratch_ = -1;
   bool host_slot_open_ = false;
   std::unique_ptr<Arena> result_arena_;
   Tensor results_;                 // (2) f64 on the device: loss sum, grad norm

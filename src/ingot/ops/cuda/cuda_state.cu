@@ -20,6 +20,7 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
   const int64_t grown = bytes + bytes / 4;
   state.scratch = cuda::device_alloc(grown);
   state.scratch_bytes = grown;
+  ++state.scratch_generation;  // a captured graph holding the old address must be captured again
   return state.scratch;
 }
 
@@ -71,7 +72,6 @@ CudaState* create_state(int device_index) {
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kWorkspaceBytes);
     state->workspace_bytes = kWorkspaceBytes;
-    INGOT_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&state->host_result), sizeof(double)));
   } catch (...) {
     destroy_state(state);
     throw;
@@ -97,7 +97,6 @@ void destroy_state(CudaState* state) {
   if (state->cublaslt) cublasLtDestroy(state->cublaslt);
   if (state->workspace) cudaFree(state->workspace);
   if (state->scratch) cudaFree(state->scratch);
-  if (state->host_result) cudaFreeHost(state->host_result);
   if (state->stream) cudaStreamDestroy(state->stream);
   delete state;
 }
@@ -193,6 +192,8 @@ std::string library_versions() {
 #endif
   return s;
 }
+
+int64_t scratch_generation(const CudaState* state) { return state ? state->scratch_generation : 0; }
 
 void begin_capture(CudaState* state) {
   INGOT_CHECK(state && !state->capturing, "begin_capture: no state, or already capturing");

@@ -3,8 +3,8 @@
 // buffer for multi-kernel ops, and the step's captured CUDA graph. Context holds it opaquely
 // (core/context.h), so only .cu files see this header.
 // Invariants:
-//   - Every op enqueues on `stream` and never synchronises, except sum_squares (host double) and
-//     the explicit helpers in device.h.
+//   - Every op enqueues on `stream` and never synchronises; only the explicit helpers in device.h
+//     (blocking copies, synchronize, event waits) and scratch growth do.
 //   - Scratch grows only outside graph capture (cudaMalloc is not capturable); an op that needs
 //     more scratch during capture throws. Warm up one step uncaptured before capturing.
 //   - A matmul plan (layouts + heuristic algorithm) is chosen once per key and reused.
@@ -47,8 +47,8 @@ struct CudaState {
 
   void* scratch = nullptr;          // partial sums, sort buffers; stream-ordered reuse between ops
   int64_t scratch_bytes = 0;
+  int64_t scratch_generation = 0;   // bumped whenever scratch moves
 
-  double* host_result = nullptr;    // pinned, for sum_squares' read-back
 
   cudaGraph_t graph = nullptr;      // the captured step
   cudaGraphExec_t graph_exec = nullptr;

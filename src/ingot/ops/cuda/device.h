@@ -38,6 +38,9 @@ std::string library_versions();  // "cuBLASLt <v>, cuDNN <v>" as loaded at run t
 void begin_capture(CudaState* state);
 void end_capture_and_instantiate(CudaState* state);
 void replay(CudaState* state);
+// Changes whenever the scratch buffer is reallocated (it only grows, outside capture): a graph
+// captured under an older generation holds a freed address and must be captured again.
+int64_t scratch_generation(const CudaState* state);
 // Ends a capture that failed part-way and drops what was recorded (error paths only).
 void abort_capture(CudaState* state);
 
