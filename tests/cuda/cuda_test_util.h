@@ -1,7 +1,11 @@
 // Host <-> device transfers for the CUDA tests: float vectors in and out of bf16 or f32 device
 // tensors (bf16 rounded to nearest even on the way in), and raw bytes for bitwise comparisons.
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <vector>
 
 #include "ingot/core/dtype.h"
@@ -36,6 +40,29 @@ inline std::vector<uint8_t> read_bytes(const Tensor& t, CudaState* state) {
   std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
   cuda::copy_to_host(out.data(), t.data, t.bytes(), state);
   return out;
+}
+
+// Perf-mode tests print timings and assert nothing; they run only with INGOT_CUDA_PERF=1.
+inline bool perf_mode() {
+  const char* env = std::getenv("INGOT_CUDA_PERF");
+  return env && std::strcmp(env, "1") == 0;
+}
+
+// Median milliseconds (CUDA events on the state's stream) of `iters` runs after `warmup` untimed ones.
+inline double median_ms(CudaState* state, const std::function<void()>& fn, int warmup = 3, int iters = 10) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cuda::Event start = cuda::event_create(), end = cuda::event_create();
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) {
+    cuda::event_record(start, state);
+    fn();
+    cuda::event_record(end, state);
+    ms.push_back(cuda::event_elapsed_ms(start, end));
+  }
+  cuda::event_destroy(start);
+  cuda::event_destroy(end);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
 }
 
 }  // namespace ingot::test

@@ -297,29 +297,13 @@ TEST_F(CudaAttention, CudnnInsideCudaGraph) {
 // ---- perf mode --------------------------------------------------------------------------------
 
 TEST_F(CudaAttention, Perf) {
-  const char* env = std::getenv("INGOT_CUDA_PERF");
-  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   struct Shape {
     const char* model;
     int64_t Hq, Hkv, D;
   };
   const Shape shapes[] = {{"Llama-3.2-1B", 32, 8, 64}, {"Qwen3-0.6B", 16, 8, 128}, {"Qwen2.5-0.5B", 14, 2, 64}};
   const int64_t B = 4, T = 4096;
-  auto time_ms = [&](const std::function<void()>& fn, int warmup, int iters) {
-    for (int i = 0; i < warmup; ++i) fn();
-    cuda::Event start = cuda::event_create(), end = cuda::event_create();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-      cuda::event_record(start, state_);
-      fn();
-      cuda::event_record(end, state_);
-      ms.push_back(cuda::event_elapsed_ms(start, end));
-    }
-    cuda::event_destroy(start);
-    cuda::event_destroy(end);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
   std::vector<std::string> rows;
   for (const Shape& s : shapes) {
     const int64_t Htot = s.Hq + 2 * s.Hkv;
@@ -333,11 +317,11 @@ TEST_F(CudaAttention, Perf) {
     for (const char* mode : {"kernels", "cudnn", "cudnn-fast"}) {
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
       const bool slow = std::strcmp(mode, "kernels") == 0;
-      const double f = time_ms([&] {
+      const double f = median_ms(state_, [&] {
         ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
       const std::string fwd_path = cuda::attention_last_path();
-      const double b = time_ms([&] {
+      const double b = median_ms(state_, [&] {
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
       const std::string bwd_path = cuda::attention_last_path();
@@ -365,23 +349,7 @@ TEST_F(CudaAttention, Perf) {
 // Short sequences: where does cuDNN start to beat the CUDA-core kernels? Same tokens per call
 // (B*T = 16384) at each length; the demo model's heads (4/2/64) and Llama-3.2-1B's (32/8/64).
 TEST_F(CudaAttention, PerfShortSequences) {
-  const char* env = std::getenv("INGOT_CUDA_PERF");
-  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
-  auto time_ms = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    cuda::Event start = cuda::event_create(), end = cuda::event_create();
-    std::vector<double> ms;
-    for (int i = 0; i < 15; ++i) {
-      cuda::event_record(start, state_);
-      fn();
-      cuda::event_record(end, state_);
-      ms.push_back(cuda::event_elapsed_ms(start, end));
-    }
-    cuda::event_destroy(start);
-    cuda::event_destroy(end);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
+  if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   struct Heads {
     const char* name;
     int64_t Hq, Hkv, D;
@@ -402,10 +370,10 @@ TEST_F(CudaAttention, PerfShortSequences) {
       int i = 0;
       for (const char* mode : {"kernels", "cudnn"}) {
         ScopedMode scoped(mode);
-        ms[i++] = time_ms([&] {
+        ms[i++] = median_ms(state_, [&] {
           ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
           ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
-        });
+        }, 3, 15);
       }
       std::printf("| %-16s | %4ld | %7.3f | %6.3f |\n", h.name, long(T), ms[0], ms[1]);
     }
@@ -415,23 +383,7 @@ TEST_F(CudaAttention, PerfShortSequences) {
 // Does cuDNN's deterministic backward pay for grouped kv heads? Llama-3.2-1B's attention at
 // 4096 x 4 with its 8 kv heads against the same 32 query heads with 32 kv heads (MHA).
 TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {
-  const char* env = std::getenv("INGOT_CUDA_PERF");
-  if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
-  auto time_ms = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    cuda::Event start = cuda::event_create(), end = cuda::event_create();
-    std::vector<double> ms;
-    for (int i = 0; i < 10; ++i) {
-      cuda::event_record(start, state_);
-      fn();
-      cuda::event_record(end, state_);
-      ms.push_back(cuda::event_elapsed_ms(start, end));
-    }
-    cuda::event_destroy(start);
-    cuda::event_destroy(end);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
+  if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   const int64_t B = 4, T = 4096, Hq = 32, D = 64;
   std::printf("| Hq/Hkv/D  | variant       | fwd ms | bwd ms |\n");
   for (const int64_t Hkv : {8, 32}) {
@@ -444,8 +396,8 @@ TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {
     Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
     for (const char* mode : {"cudnn", "cudnn-fast"}) {
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
-      const double f = time_ms([&] { ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale); });
-      const double b = time_ms([&] {
+      const double f = median_ms(state_, [&] { ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale); });
+      const double b = median_ms(state_, [&] {
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale);
       });
       std::printf("| %ld/%ld/%ld | %-13s | %6.2f | %6.2f |\n", long(Hq), long(Hkv), long(D), mode, f, b);

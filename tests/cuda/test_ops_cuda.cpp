@@ -975,8 +975,7 @@ TEST_F(CudaOps, GraphReplayMatchesEager) {
 class CudaPerf : public CudaOps {
  protected:
   void SetUp() override {
-    const char* env = std::getenv("INGOT_CUDA_PERF");
-    if (!env || std::string(env) != "1") GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+    if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
     CudaOps::SetUp();
   }
   // Large random device tensor: a 1M-element random block repeated at shifting offsets (host
@@ -998,21 +997,8 @@ class CudaPerf : public CudaOps {
     }
     return t;
   }
-  // Median milliseconds of `iters` timed runs after `warmup` untimed ones.
   double time_ms(const std::function<void()>& fn, int warmup = 3, int iters = 10) {
-    for (int i = 0; i < warmup; ++i) fn();
-    cuda::Event start = cuda::event_create(), end = cuda::event_create();
-    std::vector<double> ms;
-    for (int i = 0; i < iters; ++i) {
-      cuda::event_record(start, state_);
-      fn();
-      cuda::event_record(end, state_);
-      ms.push_back(cuda::event_elapsed_ms(start, end));
-    }
-    cuda::event_destroy(start);
-    cuda::event_destroy(end);
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return median_ms(state_, fn, warmup, iters);
   }
   void report_bytes(const std::string& name, double bytes, double ms) {
     std::printf("  %-34s %9.3f ms  %8.1f GB/s\n", name.c_str(), ms, bytes / (ms * 1e-3) / 1e9);
