@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <ostream>
 #include <thread>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -174,7 +173,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   TrainStep runner(ctx, model, optimizer, accum, by_document, c.cuda_graph);
   const int64_t rows = B * T;
   std::vector<int32_t> inputs(rows), targets(rows), positions(rows), segments(rows);
-  auto buffers_at = [&](int64_t) {
+  auto eval_buffers = [&]() {
     data::BatchBuffers b;
     b.input_ids = inputs.data();
     b.targets = targets.data();
@@ -182,7 +181,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     b.segment_ids = segments.data();
     return b;
   };
-  auto batch_at = [&](int64_t) {
+  auto eval_batch = [&]() {
     HostBatch hb;
     hb.input_ids = inputs.data();
     hb.targets = targets.data();
@@ -198,9 +197,9 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     double loss_sum = 0;
     int64_t count = 0, batches = 0;
     while (!val.done() && (c.eval_max_batches == 0 || batches < c.eval_max_batches)) {
-      if (val.next_batch(B, buffers_at(0)) == 0) break;
+      if (val.next_batch(B, eval_buffers()) == 0) break;
       for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
-      model.load_batch(batch_at(0));
+      model.load_batch(eval_batch());
       loss_sum += model.forward_loss();
       ++batches;
     }
@@ -236,6 +235,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     int64_t count;  // targets that are not ignored
   };
   std::deque<Launched> in_flight;
+  auto evaluates = [&](int64_t done) { return done == c.max_steps || (c.eval_steps > 0 && done % c.eval_steps == 0); };
+  auto saves = [&](int64_t done) { return done == c.max_steps || (c.save_steps > 0 && done % c.save_steps == 0); };
   auto finish_oldest = [&]() {
     const StepResult res = runner.collect();
     const Launched info = in_flight.front();
@@ -247,7 +248,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     result.final_loss = loss;
 
     const bool last = done == c.max_steps;
-    const bool do_eval = last || (c.eval_steps > 0 && done % c.eval_steps == 0);
+    const bool do_eval = evaluates(done);
     const bool do_log = last || done % c.logging_steps == 0 || do_eval;
     if (do_log) {
       const double window_s = seconds_since(t_window);
@@ -276,12 +277,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       t_window = std::chrono::steady_clock::now();
       window_steps = 0;
     }
-    if (last || (c.save_steps > 0 && done % c.save_steps == 0)) save(done);
+    if (saves(done)) save(done);
     result.steps = done;
-  };
-  auto needs_weights = [&](int64_t done) {
-    return done == c.max_steps || (c.eval_steps > 0 && done % c.eval_steps == 0) ||
-           (c.save_steps > 0 && done % c.save_steps == 0);
   };
 
   for (int64_t step = start_step; step < c.max_steps; ++step) {
@@ -297,7 +294,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     runner.launch(step + 1, lr, count);
     in_flight.push_back({step + 1, lr, count});
     if (in_flight.size() == 2) finish_oldest();
-    if (needs_weights(step + 1)) finish_oldest();
+    if (evaluates(step + 1) || saves(step + 1)) finish_oldest();
   }
   while (!in_flight.empty()) finish_oldest();
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
