@@ -8,11 +8,24 @@
 #include <functional>
 #include <vector>
 
+#include "ingot/core/context.h"
 #include "ingot/core/dtype.h"
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/device.h"
 
 namespace ingot::test {
+
+// A CUDA context on device 0 that owns its state (stream, cuBLASLt, workspace).
+struct CudaContext {
+  Context ctx;
+  CudaContext() {
+    ctx.device = Device::cuda;
+    ctx.cuda = cuda::create_state(0);
+  }
+  ~CudaContext() { cuda::destroy_state(ctx.cuda); }
+  CudaContext(const CudaContext&) = delete;
+  CudaContext& operator=(const CudaContext&) = delete;
+};
 
 inline void write_floats(Tensor t, const std::vector<float>& values, CudaState* state) {
   if (t.dtype == DType::f32) {

@@ -14,24 +14,11 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
+#include "cuda_test_util.h"
 #include "fixture_util.h"
 #include "test_util.h"
 
 using namespace ingot;
-
-namespace {
-
-struct CudaContext {
-  Context ctx;
-  CudaContext() {
-    ctx.device = Device::cuda;
-    ctx.cuda = cuda::create_state(0);
-  }
-  ~CudaContext() { cuda::destroy_state(ctx.cuda); }
-};
-
-
-}  // namespace
 
 class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -52,7 +39,7 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
       positions[b * T + t] = static_cast<int32_t>(t);
       count += targets[b * T + t] != ops::kIgnoreIndex;
     }
-  CudaContext cuda_ctx;
+  test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   Transformer model(config, make_recipe("bf16", Device::cuda), ctx, B, T);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
@@ -93,7 +80,7 @@ TEST(CudaPackingEquivalence, PackedRowEqualsDocumentsAlone) {
   for (int32_t t : targets) count += t != ops::kIgnoreIndex;
   const double scale = 1.0 / static_cast<double>(count);
 
-  CudaContext cuda_ctx;
+  test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   Transformer model(config, make_recipe("bf16", Device::cuda), ctx, 1, T);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());

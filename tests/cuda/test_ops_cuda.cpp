@@ -99,42 +99,20 @@ std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi, uint64_t seed) {
   return v;
 }
 
-// A CPU f32 tensor that owns its values.
-struct HostF32 {
-  Floats v;
+// A CPU tensor that owns its values.
+template <typename T, DType D>
+struct HostOwned {
+  std::vector<T> v;
   Tensor t;
-  HostF32(Floats values, const Dims& dims) : v(std::move(values)) {
-    t = make_tensor(v.data(), DType::f32, Device::cpu, dims);
+  HostOwned(std::vector<T> values, const Dims& dims) : v(std::move(values)) {
+    t = make_tensor(v.data(), D, Device::cpu, dims);
   }
-  HostF32(const HostF32&) = delete;
+  HostOwned(const HostOwned&) = delete;
 };
-
-struct HostI32 {
-  std::vector<int32_t> v;
-  Tensor t;
-  HostI32(std::vector<int32_t> values, const Dims& dims) : v(std::move(values)) {
-    t = make_tensor(v.data(), DType::i32, Device::cpu, dims);
-  }
-  HostI32(const HostI32&) = delete;
-};
-
-struct HostF64 {
-  std::vector<double> v;
-  Tensor t;
-  HostF64(std::vector<double> values, const Dims& dims) : v(std::move(values)) {
-    t = make_tensor(v.data(), DType::f64, Device::cpu, dims);
-  }
-  HostF64(const HostF64&) = delete;
-};
-
-struct HostI64 {
-  std::vector<int64_t> v;
-  Tensor t;
-  HostI64(std::vector<int64_t> values, const Dims& dims) : v(std::move(values)) {
-    t = make_tensor(v.data(), DType::i64, Device::cpu, dims);
-  }
-  HostI64(const HostI64&) = delete;
-};
+using HostF32 = HostOwned<float, DType::f32>;
+using HostF64 = HostOwned<double, DType::f64>;
+using HostI32 = HostOwned<int32_t, DType::i32>;
+using HostI64 = HostOwned<int64_t, DType::i64>;
 
 ::testing::AssertionResult close(const Floats& cuda_values, const Floats& cpu_values, double tol,
                                  const std::string& what) {

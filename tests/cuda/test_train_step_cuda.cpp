@@ -18,14 +18,6 @@ using namespace ingot;
 
 namespace {
 
-struct CudaContext {
-  Context ctx;
-  CudaContext() {
-    ctx.device = Device::cuda;
-    ctx.cuda = cuda::create_state(0);
-  }
-  ~CudaContext() { cuda::destroy_state(ctx.cuda); }
-};
 
 ModelConfig small_llama() {
   return parse_model_config(R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 128,
@@ -41,7 +33,7 @@ struct RunResult {
 
 RunResult run(bool graph, Recompute recompute) {
   constexpr int64_t B = 2, T = 64, accum = 2, steps = 6;
-  CudaContext cuda_ctx;
+  test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   const ModelConfig config = small_llama();
   const Recipe recipe = make_recipe("bf16", Device::cuda);
