@@ -382,6 +382,40 @@ TEST_F(CudaOps, Linear) {
   }
 }
 
+// Choosing a GEMM algorithm by timing must not change a single bit: the forward, din and the
+// accumulated f32 dweight of a timed-plan context equal those of a first-choice context. Shapes
+// large enough that cuBLASLt offers several candidates, including the in-place residual form.
+TEST_F(CudaOps, TimedGemmChoiceKeepsTheFirstChoicesBits) {
+  const int64_t N = 2048, I = 1024, O = 3072;
+  const Floats x = randn(N * I, 50), w = randn(O * I, 51, 0.05), res = randn(N * O, 52),
+               dout = randn(N * O, 53), dw0 = randn(O * I, 54, 0.05);
+  struct Result { std::vector<uint8_t> out, residual_out, din, dw; };
+  auto run = [&](bool timed) {
+    CudaState* state = cuda::create_state(0);
+    cuda::set_gemm_tuning(state, timed);
+    Context ctx;
+    ctx.device = Device::cuda;
+    ctx.cuda = state;
+    Tensor gx = upload(x, DType::bf16, {N, I}), gw = upload(w, DType::bf16, {O, I});
+    Tensor gres = upload(res, DType::bf16, {N, O}), gdout = upload(dout, DType::bf16, {N, O});
+    Tensor gout = alloc(DType::bf16, {N, O}), gdin = alloc(DType::bf16, {N, I});
+    Tensor gdw = upload(dw0, DType::f32, {O, I});
+    ops::linear_forward(ctx, gout, gx, gw, Tensor{});
+    ops::linear_forward(ctx, gres, gx, gw, Tensor{}, gres);  // residual added in place
+    ops::linear_backward(ctx, gdin, gdw, Tensor{}, gdout, gx, gw);
+    ops::linear_backward(ctx, Tensor{}, gdw, Tensor{}, gdout, gx, gw);  // accumulates twice
+    cuda::synchronize(state);
+    Result r{download_bytes(gout), download_bytes(gres), download_bytes(gdin), download_bytes(gdw)};
+    cuda::destroy_state(state);
+    return r;
+  };
+  const Result first = run(false), timed = run(true);
+  EXPECT_TRUE(first.out == timed.out) << "linear_forward";
+  EXPECT_TRUE(first.residual_out == timed.residual_out) << "linear_forward with residual in place";
+  EXPECT_TRUE(first.din == timed.din) << "linear_backward din";
+  EXPECT_TRUE(first.dw == timed.dw) << "linear_backward dweight (f32, accumulated twice)";
+}
+
 // ---- rope -------------------------------------------------------------------------------------
 
 TEST_F(CudaOps, Rope) {

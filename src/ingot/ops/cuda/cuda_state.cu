@@ -1,5 +1,8 @@
 // CudaState lifecycle and the device helpers of device.h: allocation, copies, graph capture,
 // events, scratch growth, the lazily created cuDNN handle.
+#include <cstdlib>
+#include <cstring>
+
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/device.h"
 
@@ -72,11 +75,20 @@ CudaState* create_state(int device_index) {
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kWorkspaceBytes);
     state->workspace_bytes = kWorkspaceBytes;
+    if (const char* tune = std::getenv("INGOT_GEMM_TUNE")) {
+      if (std::strcmp(tune, "0") == 0) state->gemm_tuning = GemmTuning::first_choice;
+      if (std::strcmp(tune, "report") == 0) state->gemm_tuning = GemmTuning::timed_report;
+    }
   } catch (...) {
     destroy_state(state);
     throw;
   }
   return state;
+}
+
+void set_gemm_tuning(CudaState* state, bool timed) {
+  INGOT_CHECK(state != nullptr, "set_gemm_tuning: no CUDA state");
+  state->gemm_tuning = timed ? GemmTuning::timed : GemmTuning::first_choice;
 }
 
 void destroy_state(CudaState* state) {

@@ -7,7 +7,8 @@
 //     (blocking copies, synchronize, event waits) and scratch growth do.
 //   - Scratch grows only outside graph capture (cudaMalloc is not capturable); an op that needs
 //     more scratch during capture throws. Warm up one step uncaptured before capturing.
-//   - A matmul plan (layouts + heuristic algorithm) is chosen once per key and reused.
+//   - A matmul plan (layouts + algorithm timed among bit-identical candidates) is chosen once per
+//     key and reused.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -34,6 +35,14 @@ struct MatmulPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
+// How a new matmul plan picks its algorithm (matmul.cu). INGOT_GEMM_TUNE sets it at create_state:
+// "0" first_choice, "report" timed_report, anything else (or unset) timed.
+enum class GemmTuning {
+  first_choice,  // the cuBLASLt heuristic's first candidate
+  timed,         // the fastest candidate that gives the first candidate's exact bits
+  timed_report,  // timed, and every candidate printed
+};
+
 struct CudaState {
   int device = 0;
   int num_sms = 0;                  // multiprocessors, for persistent / partial-sum grids
@@ -44,6 +53,7 @@ struct CudaState {
   void* workspace = nullptr;        // cuBLASLt workspace, preallocated
   int64_t workspace_bytes = 0;      // (32 MiB)
   std::map<MatmulKey, MatmulPlan> matmul_plans;
+  GemmTuning gemm_tuning = GemmTuning::timed;
 
   void* scratch = nullptr;          // partial sums, sort buffers; stream-ordered reuse between ops
   int64_t scratch_bytes = 0;

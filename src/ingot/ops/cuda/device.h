@@ -13,6 +13,9 @@ namespace ingot::cuda {
 bool device_available();                      // a CUDA device is present and usable
 CudaState* create_state(int device_index);    // selects the device; stream, cuBLASLt, workspace
 void destroy_state(CudaState* state);
+// Matmul plans created from now on take cuBLASLt's first candidate (false) or the fastest
+// bit-identical one (true, the default; see matmul.h). For tests and comparisons.
+void set_gemm_tuning(CudaState* state, bool timed);
 
 void* device_alloc(int64_t bytes);            // cudaMalloc; the error names bytes and free memory
 void device_free(void* ptr);

@@ -1,5 +1,10 @@
 // cuBLASLt GEMM with cached plans (see matmul.h). bf16/f16/f32 operands, f32 compute and scale.
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "ingot/ops/cuda/matmul.h"
 
 namespace ingot::cuda {
@@ -17,11 +22,120 @@ cudaDataType_t cuda_type(DType t, const char* op) {
 
 // Largest power of two (<= 256) dividing the address: cuBLASLt's heuristic must know it, since it
 // assumes 256-byte alignment by default and a sliced pointer may have less.
+// The bias pointer is the one per-call attribute; the descriptor is host-side, so setting it
+// before each call is also correct during graph capture (the value is baked into the launch).
+void set_bias_pointer(MatmulPlan& plan, const void* bias) {
+  INGOT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof(bias)));
+}
+
 int64_t alignment(const void* p) {
   const uintptr_t u = reinterpret_cast<uintptr_t>(p);
   int64_t a = 256;
   while (a > 1 && (u % uintptr_t(a)) != 0) a >>= 1;
   return a;
+}
+
+// ---- choosing among the heuristic's candidates by timing ---------------------------------------
+// cuBLASLt's first choice is often not its fastest on H200 (up to 9% slower on the step's shapes,
+// docs/perf.md). When a plan is created outside graph capture, the heuristic's first kMaxCandidates
+// algorithms without split-K are timed on the call's own operands, writing D into a temporary
+// buffer so the caller's C is untouched. Only a candidate whose result equals the first choice's
+// bit for bit may win: which one is fastest varies from run to run, the numbers must not.
+// CudaState::gemm_tuning (INGOT_GEMM_TUNE) can keep the first choice or print every candidate.
+constexpr int kMaxCandidates = 8;
+
+// Counts 32-bit words that differ between a and b (both `words` long) into *count.
+__global__ void count_differences_kernel(const uint32_t* a, const uint32_t* b, int64_t words,
+                                         unsigned long long* count) {
+  unsigned long long local = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words;
+       i += int64_t(gridDim.x) * blockDim.x)
+    local += a[i] != b[i];
+  if (local) atomicAdd(count, local);
+}
+
+int algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+  int value = 0;
+  size_t written = 0;
+  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
+  return value;
+}
+
+// Index of the fastest candidate whose output equals candidate 0's; 0 when none can be timed.
+int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& plan,
+                     const cublasLtMatmulHeuristicResult_t* candidates, int count, const char* op) {
+  if (count < 2 || state.capturing) return 0;
+  const int64_t elem = x.c_type == DType::f32 ? 4 : 2;
+  const size_t d_bytes = size_t(x.ldc) * size_t(x.n) * size_t(elem);
+  // Two outputs and a counter; when memory is short, keep the heuristic's choice.
+  void* buffers[2] = {nullptr, nullptr};
+  unsigned long long* differences = nullptr;
+  if (cudaMalloc(&buffers[0], d_bytes) != cudaSuccess || cudaMalloc(&buffers[1], d_bytes) != cudaSuccess ||
+      cudaMalloc(&differences, sizeof(unsigned long long)) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(buffers[0]);
+    cudaFree(buffers[1]);
+    return 0;
+  }
+  const void* c_read = x.c_in ? x.c_in : x.c;
+  cudaEvent_t start = nullptr, end = nullptr;
+  INGOT_CUDA_CHECK(cudaEventCreate(&start));
+  INGOT_CUDA_CHECK(cudaEventCreate(&end));
+  const bool report = state.gemm_tuning == GemmTuning::timed_report;
+  const double flops = 2.0 * double(x.m) * double(x.n) * double(x.k);
+  if (report)
+    std::printf("[gemm] %s m=%ld n=%ld k=%ld ta=%d tb=%d %s*%s->%s beta=%g%s\n", op, long(x.m),
+                long(x.n), long(x.k), int(x.trans_a), int(x.trans_b), dtype_name(x.a_type).data(),
+                dtype_name(x.b_type).data(), dtype_name(x.c_type).data(), double(x.beta),
+                x.bias ? " +bias" : "");
+  int best = 0;
+  float best_ms = 0.f;
+  for (int i = 0; i < count; ++i) {
+    void* d = buffers[i == 0 ? 0 : 1];
+    float ms[5];
+    for (int r = -1; r < 5; ++r) {  // one untimed run first
+      INGOT_CUDA_CHECK(cudaEventRecord(start, state.stream));
+      INGOT_CUBLAS_CHECK(cublasLtMatmul(state.cublaslt, plan.desc, &x.alpha, x.a, plan.a, x.b, plan.b,
+                                        &x.beta, c_read, plan.c, d, plan.c, &candidates[i].algo,
+                                        state.workspace, size_t(state.workspace_bytes), state.stream));
+      INGOT_CUDA_CHECK(cudaEventRecord(end, state.stream));
+      INGOT_CUDA_CHECK(cudaEventSynchronize(end));
+      if (r >= 0) INGOT_CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, end));
+    }
+    std::sort(ms, ms + 5);
+    const float median = ms[2];
+    unsigned long long differing = 0;
+    if (i > 0) {
+      INGOT_CUDA_CHECK(cudaMemsetAsync(differences, 0, sizeof(unsigned long long), state.stream));
+      count_differences_kernel<<<state.num_sms * 4, 256, 0, state.stream>>>(
+          static_cast<const uint32_t*>(buffers[0]), static_cast<const uint32_t*>(buffers[1]),
+          int64_t(d_bytes / 4), differences);
+      INGOT_LAUNCH_CHECK("count_differences_kernel");
+      INGOT_CUDA_CHECK(cudaMemcpyAsync(&differing, differences, sizeof(differing), cudaMemcpyDeviceToHost,
+                                       state.stream));
+      INGOT_CUDA_CHECK(cudaStreamSynchronize(state.stream));
+    }
+    if (i == 0 || (differing == 0 && median < best_ms)) {
+      best = i;
+      best_ms = median;
+    }
+    if (report)
+      std::printf("[gemm]   #%d tile=%d stages=%d cluster=%d swizzle=%d waves=%.2f  %.3f ms  %.0f TFLOP/s  %s\n",
+                  i, algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                  double(candidates[i].wavesCount), double(median), flops / (double(median) * 1e-3) / 1e12,
+                  differing ? "different bits: excluded" : "same bits");
+  }
+  if (report) std::printf("[gemm]   chosen #%d\n", best), std::fflush(stdout);
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  INGOT_CUDA_CHECK(cudaFree(buffers[0]));
+  INGOT_CUDA_CHECK(cudaFree(buffers[1]));
+  INGOT_CUDA_CHECK(cudaFree(differences));
+  return best;
 }
 
 MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
@@ -46,7 +160,8 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
 
   cublasLtMatmulPreference_t pref = nullptr;
   INGOT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  cublasLtMatmulHeuristicResult_t result{};
+  const int wanted = state.gemm_tuning == GemmTuning::first_choice ? 1 : kMaxCandidates;
+  cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   int returned = 0;
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
   {
@@ -64,7 +179,7 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
       status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof(align_c));
     if (status == CUBLAS_STATUS_SUCCESS)
       status = cublasLtMatmulAlgoGetHeuristic(state.cublaslt, plan.desc, plan.a, plan.b, plan.c,
-                                              plan.c, pref, 1, &result, &returned);
+                                              plan.c, pref, wanted, results, &returned);
   }
   cublasLtMatmulPreferenceDestroy(pref);
   auto destroy = [&] {
@@ -80,7 +195,18 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
          dtype_name(x.b_type), "->", dtype_name(x.c_type), x.bias ? " +bias" : "", ": ",
          cublasLtGetStatusString(status));
   }
-  plan.algo = result.algo;
+  // Split-K candidates sum partial products in another order (different bits); drop them.
+  int usable = 0;
+  for (int i = 0; i < returned; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    if (i > 0 && (algo_config(results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
+                  algo_config(results[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) != 0))
+      continue;
+    results[usable++] = results[i];
+  }
+  INGOT_CHECK(usable > 0, op, ": cuBLASLt returned no usable algorithm for m=", x.m, " n=", x.n, " k=", x.k);
+  if (x.bias) set_bias_pointer(plan, x.bias);
+  plan.algo = results[choose_by_timing(state, x, plan, results, usable, op)].algo;
   return plan;
 }
 
@@ -97,13 +223,7 @@ void matmul(CudaState& state, const MatmulArgs& x, const char* op) {
   auto it = state.matmul_plans.find(key);
   if (it == state.matmul_plans.end()) it = state.matmul_plans.emplace(key, create_plan(state, x, op)).first;
   MatmulPlan& plan = it->second;
-  if (x.bias) {
-    // The pointer is the one per-call attribute; the descriptor is host-side, so setting it here
-    // is also correct during graph capture (the value is baked into the captured launch).
-    const void* bias = x.bias;
-    INGOT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                      &bias, sizeof(bias)));
-  }
+  if (x.bias) set_bias_pointer(plan, x.bias);
   INGOT_CUBLAS_CHECK(cublasLtMatmul(state.cublaslt, plan.desc, &x.alpha, x.a, plan.a, x.b, plan.b,
                                     &x.beta, x.c_in ? x.c_in : x.c, plan.c, x.c, plan.c, &plan.algo, state.workspace,
                                     static_cast<size_t>(state.workspace_bytes), state.stream));

@@ -18,8 +18,9 @@ struct MatmulArgs {
   const void* bias = nullptr;  // (m), dtype c_type; nullptr: no bias epilogue
 };
 
-// Enqueues the GEMM on state.stream. The algorithm is chosen by cuBLASLt's heuristic the first
-// time a (shape, layout, dtype, epilogue, alignment) key is seen, then reused.
+// Enqueues the GEMM on state.stream. The algorithm is chosen the first time a (shape, layout,
+// dtype, epilogue, alignment) key is seen, then reused: the fastest, timed on the call's operands,
+// of the cuBLASLt heuristic's candidates that give the first candidate's exact bits (matmul.cu).
 void matmul(CudaState& state, const MatmulArgs& args, const char* op);
 
 }  // namespace ingot::cuda
