@@ -71,7 +71,7 @@ done
 collect() {
   "$PY" - "$@" "$RESULTS" "$SEQ" "${INGOT_EXTRA:-}" <<'PY'
 import json, sys
-kind, model, mb, rc, secs, out_path, err_path, results, seq, extra = sys.argv[1:]
+kind, model, mb, rc, secs, out_path, err_path, smi_path, results, seq, extra = sys.argv[1:]
 mb, rc, seq, secs = int(mb), int(rc), int(seq), float(secs)
 def objects(path):
     rows = []
@@ -99,6 +99,27 @@ def why():
     except OSError:
         pass
     return f"exit {rc}" + (f": {tail}" if tail else "")
+def loaded_gpu():
+    # Samples taken under load (power at least 80% of the limit): the median SM clock and power,
+    # and the share of them that the driver flags as held back by the power cap.
+    samples = []
+    try:
+        for line in open(smi_path, errors="replace"):
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                samples.append((float(parts[0]), float(parts[1]), float(parts[2]), parts[3] == "Active"))
+            except (ValueError, IndexError):
+                continue
+    except OSError:
+        return {}
+    loaded = [x for x in samples if x[1] >= 0.8 * x[2]]
+    if not loaded:
+        return {}
+    mid = lambda v: sorted(v)[len(v) // 2]
+    return {"sm_mhz_loaded": mid([x[0] for x in loaded]), "power_w_loaded": mid([x[1] for x in loaded]),
+            "power_limit_w": loaded[0][2], "power_capped_share": sum(x[3] for x in loaded) / len(loaded),
+            "loaded_samples": len(loaded)}
+gpu_load = loaded_gpu()
 rows = objects(out_path)
 if kind == "ingot":
     rows = rows[-1:]
@@ -136,6 +157,8 @@ for system in expected:
 with open(results, "a") as f:
     for r in rows:
         r["run_s"] = round(secs, 1)
+        if r.get("tokens_per_s") and len(rows) == 1:
+            r.update(gpu_load)  # one system per job: its samples are its own
         f.write(json.dumps(r) + "\n")
 for r in rows:
     shape = f"{r.get('seq')}x{r.get('micro_batch')}"
@@ -144,6 +167,8 @@ for r in rows:
         peak = f"{r['peak_gib']:.1f} GiB" if isinstance(r.get("peak_gib"), (int, float)) else "? GiB"
         step = f"{r['step_ms']:.1f}" if isinstance(r.get("step_ms"), (int, float)) else "?"
         msg = f"{r['tokens_per_s'] / 1e3:.1f}k tok/s, MFU {mfu}, {step} ms/step, peak {peak}"
+        if r.get("sm_mhz_loaded"):
+            msg += f", {r['sm_mhz_loaded']:.0f} MHz at {r['power_w_loaded']:.0f} W under load"
         if r.get("error"):
             msg += f" [{r['error']}]"
     else:
@@ -173,6 +198,14 @@ job() {
   local tag="$kind-$model-$mb${INGOT_EXTRA:-}" out err rc t0=$SECONDS
   out="$WORK/$tag.out"; err="$WORK/$tag.err"
   echo "[$(printf '%4d' $SECONDS)s] $systems $model ${SEQ}x$mb ${INGOT_EXTRA:+$INGOT_EXTRA }(limit ${limit}s)"
+  # SM clock and board power every 100 ms while the job runs (GPU 0): a step that draws the power
+  # limit runs below the boost clock, which isolated kernel timings do not show.
+  local smi="$WORK/$tag.smi" smi_pid=""
+  if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null; then
+    nvidia-smi -i 0 --query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.sw_power_cap \
+      --format=csv,noheader,nounits -lms 100 >"$smi" 2>/dev/null &
+    smi_pid=$!
+  fi
   if [ "$kind" = ingot ]; then
     if [ -x "$INGOT" ]; then
       timeout -k 10 "$limit" "$INGOT" bench --model "$WORK/cfg/$model" --seq "$SEQ" --micro-batch "$mb" \
@@ -187,9 +220,10 @@ job() {
       --device "$DEVICE" >"$out" 2>"$err" </dev/null
     rc=$?
   fi
+  [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
   { echo "===== $systems $model seq $SEQ micro-batch $mb ${INGOT_EXTRA:-}: exit $rc, $((SECONDS - t0)) s"
     echo "--- stdout"; cat "$out"; echo "--- stderr"; tail -n 200 "$err"; } >>"$LOG"
-  collect "$kind" "$model" "$mb" "$rc" "$((SECONDS - t0))" "$out" "$err"
+  collect "$kind" "$model" "$mb" "$rc" "$((SECONDS - t0))" "$out" "$err" "$smi"
 }
 
 # In order of importance, so that a tight budget drops the least important runs: Ingot at the main
@@ -232,8 +266,8 @@ for r in rows:
     if r["model"] not in models:
         models.append(r["model"])
 rows.sort(key=lambda r: (models.index(r["model"]), -r["seq"], r["micro_batch"] != int(sys.argv[3]), r["micro_batch"], order.get(r["system"], 9)))
-print("| model | system | seq×mb | tokens/s | MFU | peak GiB | Ingot ÷ this | best Ingot ÷ this | note |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("| model | system | seq×mb | tokens/s | MFU | peak GiB | SM MHz / W under load | Ingot ÷ this | best Ingot ÷ this | note |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 notes = []
 for r in rows:
     m, s, b, v = r["model"], r["seq"], r["micro_batch"], tps(r)
@@ -259,6 +293,7 @@ for r in rows:
              f"{v / 1e3:.1f}k" if v else "—",
              f"{100 * mfu:.1f}%" if mfu else "—",
              f"{r['peak_gib']:.1f}" if isinstance(r.get("peak_gib"), (int, float)) and v else "—",
+             f"{r['sm_mhz_loaded']:.0f} / {r['power_w_loaded']:.0f}" if r.get("sm_mhz_loaded") and v else "—",
              f"{same / v:.2f}×" if (same and v) else "—",
              f"{bst[0] / v:.2f}× (mb {bst[1]})" if (bst and v) else "—",
              note]
@@ -277,5 +312,11 @@ print()
 print(f"Measured {datetime.date.today().isoformat()} on one {gpu}{vers}. Median step time after warm-up"
       f" ({'/'.join(map(str, steps)) or '?'} timed steps for the peers); tokens/s = seq × micro-batch ÷ median step."
       " MFU = tokens/s × (6·N_matmul + 6·L·S·H·Dh) ÷ 989.4e12. Peers: bf16 weights, SDPA, fused AdamW,"
-      " clip_grad_norm_ 1.0, random token ids.")
+      " clip_grad_norm_ 1.0, random token ids. SM MHz / W: medians over the run's samples (nvidia-smi,"
+      " every 100 ms) drawing at least 80% of the board's power limit.")
+caps = [r for r in rows if r.get("power_limit_w")]
+if caps:
+    print(f"Power limit {caps[0]['power_limit_w']:.0f} W; share of loaded samples the driver flags as power-capped: "
+          + ", ".join(f"{r['system'].replace('transformers-', '')} {r['model']} {r['seq']}×{r['micro_batch']}"
+                      f" {100 * r['power_capped_share']:.0f}%" for r in caps) + ".")
 PY
