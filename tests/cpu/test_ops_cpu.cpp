@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -548,6 +549,11 @@ TEST(CpuOps, ParameterGradientsAccumulate) {
   EXPECT_TRUE(bit_identical(dx.values(), dx1)) << "linear din overwrites";
   EXPECT_LE(relative_error(dw.values(), twice(dw1)), 1e-14) << "linear dweight accumulates";
   EXPECT_LE(relative_error(db.values(), twice(db1)), 1e-14) << "linear dbias accumulates";
+  // accumulate_dweight = false: dweight is overwritten, whatever it held (NaN here).
+  Buffer dw_new(DType::f64, {O, I});
+  std::fill_n(static_cast<double*>(dw_new.t.data), O * I, std::numeric_limits<double>::quiet_NaN());
+  ops::linear_backward(ctx, Tensor(), dw_new.t, Tensor(), gb.t, xb.t, wb.t, /*accumulate_dweight=*/false);
+  EXPECT_TRUE(bit_identical(dw_new.values(), dw1)) << "linear dweight overwrites";
 
   Buffer nwb(DType::f64, {C}, &nw), gnb(DType::f64, {N, C}, &gn), y(DType::f64, {N, C}), rstd(DType::f64, {N});
   ops::rmsnorm_forward(ctx, y.t, rstd.t, xb.t, nwb.t, 1e-6);

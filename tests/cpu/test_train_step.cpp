@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "ingot/model/transformer.h"
@@ -89,5 +90,59 @@ TEST(TrainStep, EqualsTheStepWrittenOutByHand) {
       a.load_batch({ids.data(), targets.data(), positions.data(), nullptr}, 5);
       a.forward_loss();
     }
+  }
+}
+
+// GradWrite::overwrite (a step's first micro-batch) must leave exactly the gradients that zeroing
+// the buffer and accumulating gives, whatever the buffer held: it starts as NaN here, so a range
+// that is neither written by a GEMM nor zeroed first fails. Tied (Qwen3: qk-norms) and untied
+// embeddings with attention biases (Qwen2.5 style), and an LM head in several chunks.
+TEST(TrainStep, OverwrittenGradientsEqualZeroedAndAccumulated) {
+  const char* configs[] = {
+      R"({"model_type": "qwen3", "vocab_size": 61, "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
+          "max_position_embeddings": 64, "tie_word_embeddings": true})",
+      R"({"model_type": "qwen2", "vocab_size": 61, "hidden_size": 32, "intermediate_size": 48,
+          "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "max_position_embeddings": 64, "tie_word_embeddings": false})"};
+  for (const char* json : configs) {
+    const ModelConfig config = parse_model_config(json, "test config");
+    Context ctx;
+    ctx.num_threads = 2;
+    const Recipe recipe = make_recipe("fp32", Device::cpu);
+    const int64_t chunk_tokens = 5;  // 12 tokens: three LM-head chunks
+    Transformer overwritten(config, recipe, ctx, B, T, chunk_tokens), zeroed(config, recipe, ctx, B, T, chunk_tokens);
+    overwritten.init_random(9);
+    zeroed.init_random(9);
+    std::vector<int32_t> ids(B * T), targets(B * T), positions(B * T);
+    fill(0, 0, ids.data(), targets.data(), positions.data(), nullptr);
+    std::vector<double> loss_a(1), loss_b(1);
+    const Tensor sum_a(loss_a.data(), DType::f64, Device::cpu, {1}), sum_b(loss_b.data(), DType::f64, Device::cpu, {1});
+
+    Tensor g = overwritten.grads();
+    float* dirty = static_cast<float*>(g.data);
+    for (int64_t i = 0; i < g.numel(); ++i) dirty[i] = std::numeric_limits<float>::quiet_NaN();
+    overwritten.load_batch({ids.data(), targets.data(), positions.data(), nullptr});
+    overwritten.forward_backward_into(0.1, sum_a, false, Transformer::GradWrite::overwrite);
+
+    ops::zero(ctx, zeroed.grads());
+    zeroed.load_batch({ids.data(), targets.data(), positions.data(), nullptr});
+    zeroed.forward_backward_into(0.1, sum_b, false, Transformer::GradWrite::accumulate);
+
+    const std::vector<double> ga = to_host_doubles(ctx, overwritten.grads()), gb = to_host_doubles(ctx, zeroed.grads());
+    ASSERT_EQ(ga.size(), gb.size());
+    int64_t differing = 0;
+    for (size_t i = 0; i < ga.size(); ++i) differing += !(ga[i] == gb[i]);  // NaN counts as differing
+    EXPECT_EQ(differing, 0) << config.model_type << ": gradient elements differ";
+    EXPECT_EQ(loss_a[0], loss_b[0]);
+
+    // A second micro-batch accumulates on top in both.
+    fill(0, 1, ids.data(), targets.data(), positions.data(), nullptr);
+    overwritten.load_batch({ids.data(), targets.data(), positions.data(), nullptr});
+    overwritten.forward_backward_into(0.1, sum_a, true, Transformer::GradWrite::accumulate);
+    zeroed.load_batch({ids.data(), targets.data(), positions.data(), nullptr});
+    zeroed.forward_backward_into(0.1, sum_b, true, Transformer::GradWrite::accumulate);
+    EXPECT_TRUE(to_host_doubles(ctx, overwritten.grads()) == to_host_doubles(ctx, zeroed.grads()))
+        << config.model_type << ": after a second, accumulated micro-batch";
   }
 }

@@ -374,6 +374,12 @@ TEST_F(CudaOps, Linear) {
     EXPECT_TRUE(close(download(gdin), cdin.v, kTolBf16, "linear_backward din" + tag));
     EXPECT_TRUE(close(download(gdw), cdw.v, kTolGradF32, "linear_backward dweight f32 (accumulates)" + tag));
     if (c.bias) EXPECT_TRUE(close(download(gdb), cdb.v, kTolGradF32, "linear_backward dbias f32" + tag));
+    // Overwriting (a step's first micro-batch): what the buffer held (NaN) must not matter.
+    HostF32 cdw_new(Floats(c.O * c.I), {c.O, c.I});
+    ops::linear_backward(cpu, Tensor{}, cdw_new.t, Tensor{}, cdout.t, cx.t, cw.t, /*accumulate_dweight=*/false);
+    Tensor gdw_new = poisoned(DType::f32, {c.O, c.I});
+    ops::linear_backward(gpu, Tensor{}, gdw_new, Tensor{}, gdout, gx, gw, /*accumulate_dweight=*/false);
+    EXPECT_TRUE(close(download(gdw_new), cdw_new.v, kTolGradF32, "linear_backward dweight f32 (overwrites)" + tag));
     // bf16 gradient buffers, accumulating too.
     Tensor gdw16 = upload(dw0, DType::bf16, {c.O, c.I}), gdb16 = upload(db0, DType::bf16, {c.O});
     ops::linear_backward(gpu, Tensor{}, gdw16, c.bias ? gdb16 : Tensor{}, gdout, gx, gw);

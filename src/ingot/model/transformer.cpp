@@ -80,6 +80,18 @@ Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Contex
   chunk_ = logits_chunk_tokens > 0 ? std::min(logits_chunk_tokens, B_ * T_) : auto_chunk(B_ * T_, config.vocab_size);
   entries_ = plan_parameters(config_);
   const int64_t P = total_numel(entries_);
+  for (const ParamEntry& e : entries_) {
+    // Written by a GEMM: the projections, an untied LM head, and a tied embedding (the LM head's
+    // first chunk writes it before the embedding backward adds to it). Their alignment padding
+    // is zeroed with the rest, so that every element is either written or zeroed.
+    const bool gemm_written = e.kind == ParamKind::matrix || (e.kind == ParamKind::embedding && config_.tie_word_embeddings);
+    const int64_t begin = gemm_written ? e.offset + e.numel : e.offset, end = e.offset + (e.numel + 63) / 64 * 64;
+    if (begin == end) continue;
+    if (!accumulated_only_.empty() && accumulated_only_.back().second == begin)
+      accumulated_only_.back().second = end;
+    else
+      accumulated_only_.emplace_back(begin, end);
+  }
   param_arena_ = std::make_unique<Arena>("params", ctx.device);
   grad_arena_ = std::make_unique<Arena>("grads", ctx.device);
   activation_arena_ = std::make_unique<Arena>("activations", ctx.device);
@@ -265,7 +277,8 @@ void Transformer::forward() {
 
 // LM head + cross-entropy, chunk by chunk so (N,V) logits never exist at once. With backward,
 // each chunk's dlogits (in place) immediately produce its share of d(lnf) and d(lm_head).
-void Transformer::head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate) {
+void Transformer::head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate,
+                            GradWrite grads) {
   Activations& s = *acts_;
   const int64_t N = s.lnf.dim(0);
   for (int64_t begin = 0; begin < N; begin += chunk_) {
@@ -277,7 +290,7 @@ void Transformer::head_loss(double dloss_scale, bool with_backward, Tensor loss_
                        s.targets.slice_rows(begin, end), dloss_scale);
     if (with_backward)
       ops::linear_backward(ctx_, s.dnormed.slice_rows(begin, end), param_grads_.lm_head, Tensor(), logits,
-                           lnf, params_.lm_head);
+                           lnf, params_.lm_head, grads == GradWrite::accumulate || begin > 0);
   }
   ops::sum_to(ctx_, loss_sum, s.losses, accumulate);  // fixed order: deterministic
 }
@@ -314,8 +327,9 @@ void Transformer::use_staged(int64_t micro) {
   if (s.packed) ops::copy(ctx_, s.segment_ids, rows.slice_rows(4 * micro + 3, 4 * micro + 4).view({B_, T_}));
 }
 
-void Transformer::backward() {
+void Transformer::backward(GradWrite grads) {
   const ModelConfig& c = config_;
+  const bool add = grads == GradWrite::accumulate;  // the projections' weight gradients
   Activations& s = *acts_;
   const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.num_key_value_heads);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -335,12 +349,12 @@ void Transformer::backward() {
     const LayerParams& g = param_grads_.layers[l];
     Activations::Layer& L = s.layers[l];
     // MLP half (dresidual = d x_out, which is also d of the skip path into x_mid)
-    ops::linear_backward(ctx_, s.dhidden, g.down, Tensor(), s.dresidual, L.hidden, p.down);
+    ops::linear_backward(ctx_, s.dhidden, g.down, Tensor(), s.dresidual, L.hidden, p.down, add);
     ops::swiglu_backward(ctx_, s.dgate_up, s.dhidden, L.gate_up);
-    ops::linear_backward(ctx_, s.dnormed, g.gate_up, Tensor(), s.dgate_up, L.ln2, p.gate_up);
+    ops::linear_backward(ctx_, s.dnormed, g.gate_up, Tensor(), s.dgate_up, L.ln2, p.gate_up, add);
     ops::rmsnorm_backward(ctx_, s.dresidual, g.post_norm, s.dnormed, s.residual[2 * l + 1], p.post_norm, L.rstd2);
     // attention half (dresidual = d x_mid)
-    ops::linear_backward(ctx_, s.dattn, g.o, Tensor(), s.dresidual, L.attn, p.o);
+    ops::linear_backward(ctx_, s.dattn, g.o, Tensor(), s.dresidual, L.attn, p.o, add);
     const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
     const Tensor dqkv4 = s.dqkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
     const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
@@ -351,21 +365,23 @@ void Transformer::backward() {
       ops::qk_norm_backward(ctx_, s.dqkv_raw, g.q_norm, g.k_norm, s.dqkv, L.qkv_raw, p.q_norm, p.k_norm,
                             L.qk_rstd, Hq, Hkv);
     const Tensor dqkv2 = s.dqkv_raw.view({s.dqkv_raw.dim(0), s.dqkv_raw.dim(1) * s.dqkv_raw.dim(2)});
-    ops::linear_backward(ctx_, s.dnormed, g.qkv, g.qkv_bias, dqkv2, L.ln1, p.qkv);
+    ops::linear_backward(ctx_, s.dnormed, g.qkv, g.qkv_bias, dqkv2, L.ln1, p.qkv, add);
     ops::rmsnorm_backward(ctx_, s.dresidual, g.input_norm, s.dnormed, s.residual[2 * l], p.input_norm, L.rstd1);
   }
   ops::embedding_backward(ctx_, param_grads_.embed, s.dresidual, s.input_ids);
 }
 
 double Transformer::forward_backward(double dloss_scale) {
-  forward_backward_into(dloss_scale, acts_->loss_sum, false);
+  forward_backward_into(dloss_scale, acts_->loss_sum, false, GradWrite::accumulate);
   return read_loss_sum();
 }
 
-void Transformer::forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate) {
+void Transformer::forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate, GradWrite grads) {
   forward();
-  head_loss(dloss_scale, true, loss_sum, accumulate);
-  backward();
+  if (grads == GradWrite::overwrite)
+    for (const auto& [begin, end] : accumulated_only_) ops::zero(ctx_, grads_.slice_rows(begin, end));
+  head_loss(dloss_scale, true, loss_sum, accumulate, grads);
+  backward(grads);
 }
 
 double Transformer::forward_loss() {

@@ -63,8 +63,13 @@ class Transformer {
   // Returns the sum of per-token losses (host read).
   double forward_backward(double dloss_scale);
   // The same, with the loss sum written (accumulate: added) to loss_sum, a (1) f64 tensor on the
-  // model's device; nothing is read back, so a CUDA graph can capture it.
-  void forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate);
+  // model's device; nothing is read back, so a CUDA graph can capture it. GradWrite::overwrite
+  // (a step's first micro-batch) makes grads = d(...) instead of +=: the projection GEMMs write
+  // their weight gradients directly (beta 0), and only the other gradients (norms, biases, an
+  // untied embedding) are zeroed first, so the step needs no pass zeroing the whole buffer.
+  enum class GradWrite { accumulate, overwrite };
+  void forward_backward_into(double dloss_scale, Tensor loss_sum, bool accumulate,
+                             GradWrite grads = GradWrite::accumulate);
 
   // Device-side inputs for whole optimizer steps: staging for `count` micro-batches, filled in
   // one upload, then selected one by one inside the (captured) step. Row layout of
@@ -100,9 +105,12 @@ class Transformer {
   // Block l up to its projections' inputs: ln1, qkv, attention (attn, lse); ln2, gate_up, hidden.
   void attention_inputs(int64_t l);
   void mlp_inputs(int64_t l);
-  void backward();
+  void backward(GradWrite grads);
   // LM head + cross-entropy over the loaded batch; the sum of per-token losses goes to loss_sum.
-  void head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate);
+  // With backward, the LM head's weight gradient is overwritten by the first chunk under
+  // GradWrite::overwrite.
+  void head_loss(double dloss_scale, bool with_backward, Tensor loss_sum, bool accumulate,
+                 GradWrite grads = GradWrite::accumulate);
   double read_loss_sum();
 
   ModelConfig config_;
@@ -112,6 +120,9 @@ class Transformer {
   Recompute recompute_;
   int64_t active_tokens_;
   std::vector<ParamEntry> entries_;
+  // Ranges [begin, end) of the flat gradient buffer that no GEMM writes (norms, biases, an untied
+  // embedding, alignment padding): zeroed before a GradWrite::overwrite backward, adjacent ones merged.
+  std::vector<std::pair<int64_t, int64_t>> accumulated_only_;
   std::unique_ptr<Arena> param_arena_, grad_arena_, activation_arena_, staging_arena_;
   Tensor staged_inputs_;
   bool staged_packed_ = false;

@@ -83,9 +83,9 @@ void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor b
 }
 
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                     Tensor in, Tensor weight) {
+                     Tensor in, Tensor weight, bool accumulate_dweight) {
   INGOT_DISPATCH_FLOPS(linear_backward, (din.present() ? 4.0 : 2.0) * in.numel() * weight.dim(0), ctx, din, dweight,
-                       dbias, dout, in, weight);
+                       dbias, dout, in, weight, accumulate_dweight);
 }
 
 void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads) {

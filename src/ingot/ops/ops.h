@@ -62,10 +62,11 @@ void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weig
 // saving the separate copy and add of a residual connection.
 void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias,
                     Tensor residual = Tensor());
-// din (N,I) = dout @ weight (overwrite; optional); dweight (O,I) += dout^T @ in;
-// dbias (O) += column sums of dout (optional).
+// din (N,I) = dout @ weight (overwrite; optional); dweight (O,I) += dout^T @ in, or = when
+// accumulate_dweight is false (a step's first write needs no zeroed buffer to add to);
+// dbias (O) += column sums of dout (optional; always accumulates).
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                     Tensor in, Tensor weight);
+                     Tensor in, Tensor weight, bool accumulate_dweight = true);
 
 // ---- rotary position embedding (Hugging Face "rotate half" layout) -----------------------------
 // x (N,Htot,D) in place; heads [0, rotated_heads) rotated, the rest untouched.

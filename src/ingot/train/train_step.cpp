@@ -54,11 +54,12 @@ data::BatchBuffers TrainStep::host_batch(int64_t micro) {
 
 // Everything one step does on the device; captured into the graph as is.
 void TrainStep::body() {
-  ops::zero(ctx_, model_.grads());
   const Tensor loss_sum = results_.slice_rows(0, 1);
   for (int64_t micro = 0; micro < accum_; ++micro) {
     model_.use_staged(micro);
-    model_.forward_backward_into(1.0, loss_sum, micro > 0);
+    // The first micro-batch overwrites the gradients: no zeroing pass over the whole buffer.
+    model_.forward_backward_into(1.0, loss_sum, micro > 0,
+                                 micro == 0 ? Transformer::GradWrite::overwrite : Transformer::GradWrite::accumulate);
   }
   optimizer_.update(model_.weights(), model_.grads());
   ops::copy(ctx_, results_.slice_rows(1, 2), optimizer_.grad_norm());

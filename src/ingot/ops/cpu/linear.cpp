@@ -56,9 +56,9 @@ void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor b
   });
 }
 
-// din (N,I) = dout @ weight; dweight (O,I) += dout^T @ in; dbias (O) += column sums of dout
+// din (N,I) = dout @ weight; dweight (O,I) += (or =) dout^T @ in; dbias (O) += column sums of dout
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                     Tensor in, Tensor weight) {
+                     Tensor in, Tensor weight, bool accumulate_dweight) {
   constexpr const char* op = "linear_backward";
   detail::dispatch_float(op, in.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -79,7 +79,8 @@ void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Ten
       detail::check_tensor(op, "dweight", dweight, in.dtype);
       detail::check_numel(op, "dweight", dweight, O * I);
       // A (O,N) = dout^T: row stride 1, column stride O; B = in (N,I).
-      matmul<T>(ctx.num_threads, O, I, N, g, 1, O, in.ptr<T>(), I, 1, dweight.ptr<T>(), I, true);
+      matmul<T>(ctx.num_threads, O, I, N, g, 1, O, in.ptr<T>(), I, 1, dweight.ptr<T>(), I,
+                accumulate_dweight);
     }
     if (dbias.present()) {
       detail::check_tensor(op, "dbias", dbias, in.dtype);

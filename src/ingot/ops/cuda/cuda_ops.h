@@ -23,7 +23,7 @@ void qk_norm_backward(Context& ctx, Tensor din, Tensor dq_weight, Tensor dk_weig
 void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor bias,
                     Tensor residual = Tensor());
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                     Tensor in, Tensor weight);
+                     Tensor in, Tensor weight, bool accumulate_dweight);
 void rope_forward(Context& ctx, Tensor x, Tensor positions, Tensor inv_freq, int rotated_heads);
 void rope_backward(Context& ctx, Tensor dx, Tensor positions, Tensor inv_freq, int rotated_heads);
 void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,

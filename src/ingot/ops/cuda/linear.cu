@@ -3,7 +3,8 @@
 //   din (N,I) = dout (N,O) @ W (O,I)      -> C^T (I,N) = W_cm (I,O) * dout_cm (O,N):  N,N  m=I n=N k=O
 //   dW (O,I) += dout^T (O,N) @ in (N,I)   -> C^T (I,O) = in_cm (I,N) * dout_cm^T (N,O): N,T m=I n=O k=N
 // Bias is fused with the BIAS epilogue (one bias value per row of C^T = per output feature).
-// dweight ACCUMULATES via beta = 1, into bf16 or f32 (fp32 gradient buffers); din overwrites.
+// dweight accumulates via beta = 1 (or is overwritten, beta = 0), into bf16 or f32 (fp32 gradient
+// buffers); din overwrites.
 // dbias accumulates column sums of dout: per-block partials over row chunks, then the ordered
 // reduction shared with the norms (deterministic; cuBLASLt's BGRADB epilogue would overwrite).
 #include "ingot/ops/cuda/common.cuh"
@@ -67,7 +68,7 @@ void linear_forward(Context& ctx, Tensor out, Tensor in, Tensor weight, Tensor b
 }
 
 void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Tensor dout,
-                     Tensor in, Tensor weight) {
+                     Tensor in, Tensor weight, bool accumulate_dweight) {
   constexpr const char* op = "linear_backward";
   CudaState& state = state_of(ctx, op);
   check_tensor(dout, op, "dout");
@@ -109,7 +110,7 @@ void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Ten
     g.a = in.data; g.lda = I; g.a_type = in.dtype;
     g.b = dout.data; g.ldb = O; g.b_type = dout.dtype;
     g.c = dweight.data; g.ldc = I; g.c_type = dweight.dtype;
-    g.alpha = 1.f; g.beta = 1.f;  // accumulate
+    g.alpha = 1.f; g.beta = accumulate_dweight ? 1.f : 0.f;
     matmul(state, g, op);
   }
   if (dbias.present()) {
