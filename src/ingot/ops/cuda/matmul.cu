@@ -45,11 +45,12 @@ int64_t alignment(const void* p) {
 // CudaState::gemm_tuning (INGOT_GEMM_TUNE) can keep the first choice or print every candidate.
 constexpr int kMaxCandidates = 8;
 
-// Counts 32-bit words that differ between a and b (both `words` long) into *count.
-__global__ void count_differences_kernel(const uint32_t* a, const uint32_t* b, int64_t words,
+// Counts 16-bit units that differ between a and b (both `units` long) into *count: 16 bits, so a
+// bf16 output of odd length is compared to its last element.
+__global__ void count_differences_kernel(const uint16_t* a, const uint16_t* b, int64_t units,
                                          unsigned long long* count) {
   unsigned long long local = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < words;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < units;
        i += int64_t(gridDim.x) * blockDim.x)
     local += a[i] != b[i];
   if (local) atomicAdd(count, local);
@@ -62,10 +63,17 @@ int algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttrib
   return value;
 }
 
-// Index of the fastest candidate whose output equals candidate 0's; 0 when none can be timed.
+// Only GEMMs of at least this many FLOPs and output elements are timed: below that the gain is
+// microseconds, and a small output compared once could hide a different summation order behind
+// its rounding (a candidate must give the first choice's bits on every later input too).
+constexpr double kMinTimedFlops = 1e10;
+constexpr int64_t kMinTimedOutputs = int64_t(1) << 20;
+
+// Index of the fastest candidate whose output equals candidate 0's; 0 when none is timed.
 int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& plan,
                      const cublasLtMatmulHeuristicResult_t* candidates, int count, const char* op) {
   if (count < 2 || state.capturing) return 0;
+  if (2.0 * double(x.m) * double(x.n) * double(x.k) < kMinTimedFlops || x.m * x.n < kMinTimedOutputs) return 0;
   const int64_t elem = x.c_type == DType::f32 ? 4 : 2;
   const size_t d_bytes = size_t(x.ldc) * size_t(x.n) * size_t(elem);
   // Two outputs and a counter; when memory is short, keep the heuristic's choice.
@@ -109,8 +117,8 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
     if (i > 0) {
       INGOT_CUDA_CHECK(cudaMemsetAsync(differences, 0, sizeof(unsigned long long), state.stream));
       count_differences_kernel<<<state.num_sms * 4, 256, 0, state.stream>>>(
-          static_cast<const uint32_t*>(buffers[0]), static_cast<const uint32_t*>(buffers[1]),
-          int64_t(d_bytes / 4), differences);
+          static_cast<const uint16_t*>(buffers[0]), static_cast<const uint16_t*>(buffers[1]),
+          int64_t(d_bytes / 2), differences);
       INGOT_LAUNCH_CHECK("count_differences_kernel");
       INGOT_CUDA_CHECK(cudaMemcpyAsync(&differing, differences, sizeof(differing), cudaMemcpyDeviceToHost,
                                        state.stream));
