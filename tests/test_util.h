@@ -1,10 +1,14 @@
 // Shared helpers for Ingot's tests: random tensors, norm-wise relative error, paths.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <cstdint>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "ingot/core/error.h"
 #include "ingot/core/tensor.h"
 
 namespace ingot::test {
@@ -44,6 +48,33 @@ void fill_normal(std::vector<T>& v, uint64_t seed, double stddev = 1.0) {
 std::string source_dir();      // repository root
 std::string binary_path();     // the built `ingot` CLI
 std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process
+
+// Runs fn, which must throw ingot::Error, and returns its message ("" and a test failure if it
+// does not throw).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an ingot::Error";
+  return "";
+}
+
+// Runs action, which must throw ingot::Error whose message contains every one of parts.
+template <typename Action>
+void expect_error(Action action, std::initializer_list<std::string> parts) {
+  try {
+    action();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const auto& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "message lacks \"" << part << "\": " << message;
+    return;
+  }
+  ADD_FAILURE() << "expected ingot::Error";
+}
 
 // Runs a shell command; returns its exit status and captures stdout+stderr into *output.
 int run_command(const std::string& command, std::string* output);

@@ -21,6 +21,7 @@
 namespace fs = std::filesystem;
 using namespace ingot;
 using namespace ingot::data;
+using test::error_of;
 
 namespace {
 
@@ -31,17 +32,6 @@ nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in) << path;
   return nlohmann::json::parse(in);
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ingot::Error";
-  return "";
 }
 
 std::vector<ChatMessage> case_messages(const nlohmann::json& c) {

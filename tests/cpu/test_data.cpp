@@ -20,20 +20,9 @@
 namespace fs = std::filesystem;
 using namespace ingot;
 using namespace ingot::data;
+using test::error_of;
 
 namespace {
-
-// Runs fn, expects an ingot::Error, and returns its message.
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ingot::Error";
-  return "";
-}
 
 void write_text(const fs::path& path, std::string_view text) {
   fs::create_directories(path.parent_path());

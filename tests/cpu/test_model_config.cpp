@@ -18,6 +18,8 @@
 namespace ingot {
 namespace {
 
+using test::expect_error;
+
 constexpr const char* kSource = "tiny/config.json";
 
 // A minimal valid config of `model_type` with `extra` keys merged over it (null values delete).
@@ -29,19 +31,6 @@ std::string config_text(const std::string& model_type, const nlohmann::json& ext
     else j[key] = value;
   }
   return j.dump();
-}
-
-template <typename Action>
-void expect_error(Action action, std::initializer_list<std::string> parts) {
-  try {
-    action();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message lacks \"" << part << "\": " << message;
-    return;
-  }
-  ADD_FAILURE() << "expected ingot::Error";
 }
 
 void expect_parse_error(const std::string& text, std::initializer_list<std::string> parts) {

@@ -22,19 +22,9 @@
 
 using namespace ingot;
 using namespace ingot::data;
+using test::error_of;
 
 namespace {
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an ingot::Error";
-  return "";
-}
 
 // Documents of random lengths in [1, max_len]; token at stream offset p is p, so an input names
 // its own position in the stream. Loss mask: 0 on every 5th token.

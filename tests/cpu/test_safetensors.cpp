@@ -22,6 +22,7 @@ namespace ingot::io {
 namespace {
 
 namespace fs = std::filesystem;
+using test::expect_error;
 using test::HostTensor;
 
 // Writes 8-byte little-endian header length, the header text and `data` bytes, unvalidated.
@@ -35,20 +36,6 @@ void write_raw(const std::string& path, const std::string& header, const std::st
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out << bytes;
-}
-
-// Runs `action`, which must throw ingot::Error whose message contains every one of `parts`.
-template <typename Action>
-void expect_error(Action action, std::initializer_list<std::string> parts) {
-  try {
-    action();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(message.find(part), std::string::npos) << "message lacks \"" << part << "\": " << message;
-    return;
-  }
-  ADD_FAILURE() << "expected ingot::Error";
 }
 
 void expect_open_error(const std::string& path, std::initializer_list<std::string> parts) {
