@@ -386,6 +386,16 @@ TEST_F(CudaOps, Linear) {
     EXPECT_TRUE(close(download(gdw16), cdw.v, kTolBf16, "linear_backward dweight bf16" + tag));
     if (c.bias) EXPECT_TRUE(close(download(gdb16), cdb.v, kTolBf16, "linear_backward dbias bf16" + tag));
   }
+  // No rows (N = 0): an overwritten weight gradient is zero, an accumulated one unchanged, as on
+  // the CPU.
+  const Floats dw0 = randn(24 * 40, 46, 0.1);
+  Tensor empty_in = upload(Floats{}, DType::bf16, {0, 40}), empty_dout = upload(Floats{}, DType::bf16, {0, 24});
+  Tensor w = upload(randn(24 * 40, 47), DType::bf16, {24, 40});
+  Tensor kept = upload(dw0, DType::f32, {24, 40}), overwritten = poisoned(DType::f32, {24, 40});
+  ops::linear_backward(gpu, Tensor{}, kept, Tensor{}, empty_dout, empty_in, w);
+  ops::linear_backward(gpu, Tensor{}, overwritten, Tensor{}, empty_dout, empty_in, w, /*accumulate_dweight=*/false);
+  EXPECT_EQ(download(kept), dw0) << "linear_backward N=0 accumulating";
+  EXPECT_EQ(download(overwritten), Floats(24 * 40, 0.f)) << "linear_backward N=0 overwriting";
 }
 
 // Choosing a GEMM algorithm by timing must not change a single bit: the forward, din and the

@@ -111,7 +111,11 @@ void linear_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dbias, Ten
     g.b = dout.data; g.ldb = O; g.b_type = dout.dtype;
     g.c = dweight.data; g.ldc = I; g.c_type = dweight.dtype;
     g.alpha = 1.f; g.beta = accumulate_dweight ? 1.f : 0.f;
-    matmul(state, g, op);
+    if (N == 0 && O > 0 && I > 0) {
+      if (!accumulate_dweight) zero(ctx, dweight);  // k = 0: the product is empty
+    } else {
+      matmul(state, g, op);
+    }
   }
   if (dbias.present()) {
     check_tensor(dbias, op, "dbias");
