@@ -76,20 +76,27 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
   if (2.0 * double(x.m) * double(x.n) * double(x.k) < kMinTimedFlops || x.m * x.n < kMinTimedOutputs) return 0;
   const int64_t elem = x.c_type == DType::f32 ? 4 : 2;
   const size_t d_bytes = size_t(x.ldc) * size_t(x.n) * size_t(elem);
-  // Two outputs and a counter; when memory is short, keep the heuristic's choice.
-  void* buffers[2] = {nullptr, nullptr};
-  unsigned long long* differences = nullptr;
-  if (cudaMalloc(&buffers[0], d_bytes) != cudaSuccess || cudaMalloc(&buffers[1], d_bytes) != cudaSuccess ||
-      cudaMalloc(&differences, sizeof(unsigned long long)) != cudaSuccess) {
+  // Two outputs, a counter and two events, released on every way out (a throw included); when
+  // memory is short, keep the heuristic's choice.
+  struct Scratch {
+    void* outputs[2] = {nullptr, nullptr};
+    unsigned long long* differences = nullptr;
+    cudaEvent_t start = nullptr, end = nullptr;
+    ~Scratch() {
+      cudaFree(outputs[0]);
+      cudaFree(outputs[1]);
+      cudaFree(differences);
+      if (start) cudaEventDestroy(start);
+      if (end) cudaEventDestroy(end);
+    }
+  } scratch;
+  if (cudaMalloc(&scratch.outputs[0], d_bytes) != cudaSuccess || cudaMalloc(&scratch.outputs[1], d_bytes) != cudaSuccess ||
+      cudaMalloc(&scratch.differences, sizeof(unsigned long long)) != cudaSuccess ||
+      cudaEventCreate(&scratch.start) != cudaSuccess || cudaEventCreate(&scratch.end) != cudaSuccess) {
     cudaGetLastError();
-    cudaFree(buffers[0]);
-    cudaFree(buffers[1]);
     return 0;
   }
   const void* c_read = x.c_in ? x.c_in : x.c;
-  cudaEvent_t start = nullptr, end = nullptr;
-  INGOT_CUDA_CHECK(cudaEventCreate(&start));
-  INGOT_CUDA_CHECK(cudaEventCreate(&end));
   const bool report = state.gemm_tuning == GemmTuning::timed_report;
   const double flops = 2.0 * double(x.m) * double(x.n) * double(x.k);
   if (report)
@@ -100,27 +107,35 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
   int best = 0;
   float best_ms = 0.f;
   for (int i = 0; i < count; ++i) {
-    void* d = buffers[i == 0 ? 0 : 1];
+    void* d = scratch.outputs[i == 0 ? 0 : 1];
     float ms[5];
-    for (int r = -1; r < 5; ++r) {  // one untimed run first
-      INGOT_CUDA_CHECK(cudaEventRecord(start, state.stream));
-      INGOT_CUBLAS_CHECK(cublasLtMatmul(state.cublaslt, plan.desc, &x.alpha, x.a, plan.a, x.b, plan.b,
-                                        &x.beta, c_read, plan.c, d, plan.c, &candidates[i].algo,
-                                        state.workspace, size_t(state.workspace_bytes), state.stream));
-      INGOT_CUDA_CHECK(cudaEventRecord(end, state.stream));
-      INGOT_CUDA_CHECK(cudaEventSynchronize(end));
-      if (r >= 0) INGOT_CUDA_CHECK(cudaEventElapsedTime(&ms[r], start, end));
+    bool ran = true;
+    for (int r = -1; r < 5 && ran; ++r) {  // one untimed run first
+      INGOT_CUDA_CHECK(cudaEventRecord(scratch.start, state.stream));
+      // A candidate the library cannot run on these operands is left out, not fatal; the first
+      // choice failing ends the timing (the real call will report it).
+      ran = cublasLtMatmul(state.cublaslt, plan.desc, &x.alpha, x.a, plan.a, x.b, plan.b, &x.beta, c_read,
+                           plan.c, d, plan.c, &candidates[i].algo, state.workspace,
+                           size_t(state.workspace_bytes), state.stream) == CUBLAS_STATUS_SUCCESS;
+      INGOT_CUDA_CHECK(cudaEventRecord(scratch.end, state.stream));
+      INGOT_CUDA_CHECK(cudaEventSynchronize(scratch.end));
+      if (ran && r >= 0) INGOT_CUDA_CHECK(cudaEventElapsedTime(&ms[r], scratch.start, scratch.end));
+    }
+    if (!ran) {
+      if (report) std::printf("[gemm]   #%d failed to run: excluded\n", i);
+      if (i == 0) return 0;
+      continue;
     }
     std::sort(ms, ms + 5);
     const float median = ms[2];
     unsigned long long differing = 0;
     if (i > 0) {
-      INGOT_CUDA_CHECK(cudaMemsetAsync(differences, 0, sizeof(unsigned long long), state.stream));
+      INGOT_CUDA_CHECK(cudaMemsetAsync(scratch.differences, 0, sizeof(unsigned long long), state.stream));
       count_differences_kernel<<<state.num_sms * 4, 256, 0, state.stream>>>(
-          static_cast<const uint16_t*>(buffers[0]), static_cast<const uint16_t*>(buffers[1]),
-          int64_t(d_bytes / 2), differences);
+          static_cast<const uint16_t*>(scratch.outputs[0]), static_cast<const uint16_t*>(scratch.outputs[1]),
+          int64_t(d_bytes / 2), scratch.differences);
       INGOT_LAUNCH_CHECK("count_differences_kernel");
-      INGOT_CUDA_CHECK(cudaMemcpyAsync(&differing, differences, sizeof(differing), cudaMemcpyDeviceToHost,
+      INGOT_CUDA_CHECK(cudaMemcpyAsync(&differing, scratch.differences, sizeof(differing), cudaMemcpyDeviceToHost,
                                        state.stream));
       INGOT_CUDA_CHECK(cudaStreamSynchronize(state.stream));
     }
@@ -138,11 +153,6 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
                   differing ? "different bits: excluded" : "same bits");
   }
   if (report) std::printf("[gemm]   chosen #%d\n", best), std::fflush(stdout);
-  cudaEventDestroy(start);
-  cudaEventDestroy(end);
-  INGOT_CUDA_CHECK(cudaFree(buffers[0]));
-  INGOT_CUDA_CHECK(cudaFree(buffers[1]));
-  INGOT_CUDA_CHECK(cudaFree(differences));
   return best;
 }
 
