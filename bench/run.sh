@@ -55,8 +55,11 @@ IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
 echo "== Ingot speed benchmark $(date -u '+%Y-%m-%d %H:%M UTC'); budget ${BUDGET}s; logs in $OUTDIR"
+# The GPU the runs use: the first one CUDA_VISIBLE_DEVICES names (an index or a UUID, both of which
+# nvidia-smi -i takes), else 0.
+SMI_GPU=${CUDA_VISIBLE_DEVICES:-0}; SMI_GPU=${SMI_GPU%%,*}
 if command -v nvidia-smi >/dev/null; then
-  echo "GPU: $(nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | head -1)"
+  echo "GPU: $(nvidia-smi -i "$SMI_GPU" --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | head -1)"
 fi
 echo "models: ${MODEL_LIST[*]}; seq $SEQ x micro-batch $MB (Ingot also ${ALT_MBS[*]:-none})${BIG:+; $BIG at $SEQ x 1}"
 [ -x "$INGOT" ] || echo "WARNING: $INGOT not found or not executable: the Ingot rows will be errors"
@@ -202,7 +205,7 @@ job() {
   # limit runs below the boost clock, which isolated kernel timings do not show.
   local smi="$WORK/$tag.smi" smi_pid=""
   if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null; then
-    nvidia-smi -i 0 --query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.sw_power_cap \
+    nvidia-smi -i "$SMI_GPU" --query-gpu=clocks.sm,power.draw,power.limit,clocks_event_reasons.sw_power_cap \
       --format=csv,noheader,nounits -lms 100 >"$smi" 2>/dev/null &
     smi_pid=$!
   fi
