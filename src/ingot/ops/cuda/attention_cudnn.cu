@@ -206,8 +206,9 @@ class GraphBuilder {
   }
 
   // Operation graph -> heuristics (mode A, then fallback) -> the first config whose plan
-  // finalizes.
-  void build_plan() {
+  // finalizes. With INGOT_ATTENTION_REPORT set, every config the heuristics offer (engine and knob
+  // choices) and the one taken are printed, labelled with `what`.
+  void build_plan(const std::string& what) {
     if (!ok()) return;
     cudnnBackendDescriptor_t graph = create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "graph");
     set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops_.size()),
@@ -240,6 +241,12 @@ class GraphBuilder {
         reasons += " reading heuristics results failed;";
         continue;
       }
+      const bool report = std::getenv("INGOT_ATTENTION_REPORT") != nullptr;
+      if (report) {
+        std::printf("[cudnn] %s: heuristics mode %s offers %ld configs\n", what.c_str(),
+                    mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", long(got));
+        for (int64_t i = 0; i < got; ++i) std::printf("[cudnn]   #%ld %s\n", long(i), describe(configs[i]).c_str());
+      }
       for (int64_t i = 0; i < got && !plan_; ++i) {
         cudnnBackendDescriptor_t plan = create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
         set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
@@ -247,6 +254,7 @@ class GraphBuilder {
         if (!ok()) break;
         if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
           plan_ = plan;
+          if (report) std::printf("[cudnn]   chosen #%ld\n", long(i)), std::fflush(stdout);
         } else {
           reasons += " config " + std::to_string(i) + ": " + last_error() + ";";
         }
@@ -260,6 +268,29 @@ class GraphBuilder {
   }
 
  private:
+  // "engine <global index>, knobs <type>=<value> ..." of an engine config (knob types are
+  // cudnnBackendKnobType_t values, e.g. 24 = CUDNN_KNOB_TYPE_KERNEL_CFG).
+  std::string describe(cudnnBackendDescriptor_t config) {
+    constexpr int64_t kMaxKnobs = 32;
+    cudnnBackendDescriptor_t engine = create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+    std::vector<cudnnBackendDescriptor_t> choices(kMaxKnobs);
+    for (auto& c : choices) c = create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
+    if (!ok()) return "(descriptor creation failed)";
+    int64_t n = 0, index = -1, knobs = 0;
+    cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine);
+    cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
+    cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs,
+                             &knobs, choices.data());
+    std::string text = "engine " + std::to_string(index) + ", knobs";
+    for (int64_t k = 0; k < knobs; ++k) {
+      cudnnBackendKnobType_t type{};
+      int64_t value = 0;
+      cudnnBackendGetAttribute(choices[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type);
+      cudnnBackendGetAttribute(choices[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &n, &value);
+      text += " " + std::to_string(int(type)) + "=" + std::to_string(value);
+    }
+    return text;
+  }
   static std::string last_error() {
     char message[512] = {0};
     cudnnGetLastErrorString(message, sizeof(message));
@@ -309,6 +340,10 @@ struct Geometry {
   Dims packed_transposed_strides() const { return {T * Htot() * D, D, 1, Htot() * D}; }
   // out / dout (B,T,Hq,D) as (B,Hq,T,D).
   Dims out_strides() const { return {T * Hq * D, D, Hq * D, 1}; }
+  std::string describe() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) +
+           " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+  }
 };
 
 const cudnnDataType_t kF32 = CUDNN_DATA_FLOAT, kBf16 = CUDNN_DATA_BFLOAT16,
@@ -346,7 +381,7 @@ void build_forward(GraphBuilder& g, const Geometry& s) {
   g.pointwise(CUDNN_POINTWISE_ADD, kF32, row_max, &log_z, nullptr, stats);
   TensorRef p = g.pointwise_new(CUDNN_POINTWISE_DIV, kF32, e, &z, nullptr, kBf16, sdims);
   g.matmul(p, v, o);
-  g.build_plan();
+  g.build_plan("forward " + s.describe());
 }
 
 void build_backward(GraphBuilder& g, const Geometry& s, Variant variant) {
@@ -420,7 +455,7 @@ void build_backward(GraphBuilder& g, const Geometry& s, Variant variant) {
     g.matmul(ds, k, accum);
     g.pointwise(CUDNN_POINTWISE_IDENTITY, kF32, accum, nullptr, nullptr, dq);
   }
-  g.build_plan();
+  g.build_plan(std::string(variant == Variant::fast ? "backward (fast) " : "backward ") + s.describe());
 }
 
 struct Plan {
