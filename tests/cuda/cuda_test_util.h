@@ -1,11 +1,14 @@
 // Host <-> device transfers for the CUDA tests: float vectors in and out of bf16 or f32 device
 // tensors (bf16 rounded to nearest even on the way in), and raw bytes for bitwise comparisons.
 #pragma once
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "ingot/core/context.h"
@@ -77,5 +80,64 @@ inline double median_ms(CudaState* state, const std::function<void()>& fn, int w
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
 }
+
+// Base of the op-test suites: one CudaState per suite (its tests skip when there is no device), a
+// CUDA and a CPU context, device tensors freed after each test, and float transfers in and out.
+class CudaFixture : public ::testing::Test {
+ protected:
+  using Floats = std::vector<float>;
+  using Dims = std::vector<int64_t>;
+
+  static inline CudaState* state_ = nullptr;
+  static void SetUpTestSuite() {
+    if (cuda::device_available() && !state_) state_ = cuda::create_state(0);
+  }
+  static void TearDownTestSuite() {
+    cuda::destroy_state(state_);
+    state_ = nullptr;
+  }
+  void SetUp() override {
+    if (!state_) GTEST_SKIP() << "no CUDA device";
+    gpu.device = Device::cuda;
+    gpu.cuda = state_;
+    cpu.device = Device::cpu;
+    cpu.num_threads = 2;
+  }
+  void TearDown() override {
+    if (state_) cuda::synchronize(state_);
+    for (void* p : allocations_) cuda::device_free(p);
+    allocations_.clear();
+  }
+
+  // Uninitialised device tensor (at least one byte, so that empty tensors have an address).
+  Tensor alloc(DType dtype, const Dims& dims) {
+    int64_t n = 1;
+    for (int64_t d : dims) n *= d;
+    void* p = cuda::device_alloc(std::max<int64_t>(n * dtype_size(dtype), 1));
+    allocations_.push_back(p);
+    Tensor t;
+    t.data = p;
+    t.dtype = dtype;
+    t.device = Device::cuda;
+    t.ndim = static_cast<int>(dims.size());
+    for (size_t i = 0; i < dims.size(); ++i) t.shape[i] = dims[i];
+    return t;
+  }
+  void write(Tensor t, const Floats& values) { write_floats(t, values, state_); }
+  Floats download(const Tensor& t) { return read_floats(t, state_); }
+  std::vector<uint8_t> download_bytes(const Tensor& t) { return read_bytes(t, state_); }
+  // NaN in every element, so that elements an op forgets to write fail the comparison.
+  void poison(Tensor t) { write(t, Floats(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN())); }
+  Tensor poisoned(DType dtype, const Dims& dims) {
+    Tensor t = alloc(dtype, dims);
+    poison(t);
+    return t;
+  }
+
+  Context gpu, cpu;
+
+ private:
+  std::vector<void*> allocations_;
+};
 
 }  // namespace ingot::test

@@ -73,39 +73,13 @@ struct ScopedMode {
   }
 };
 
-class CudaAttention : public ::testing::Test {
+// The shared fixture with eight CPU threads for the reference attention, plus large random inputs.
+class CudaAttention : public CudaFixture {
  protected:
-  static CudaState* state_;
-  static void SetUpTestSuite() {
-    if (cuda::device_available() && !state_) state_ = cuda::create_state(0);
-  }
-  static void TearDownTestSuite() {
-    cuda::destroy_state(state_);
-    state_ = nullptr;
-  }
   void SetUp() override {
-    if (!state_) GTEST_SKIP() << "no CUDA device";
-    gpu.device = Device::cuda;
-    gpu.cuda = state_;
-    cpu.device = Device::cpu;
+    CudaFixture::SetUp();
     cpu.num_threads = 8;
   }
-  void TearDown() override {
-    if (state_) cuda::synchronize(state_);
-    for (void* p : allocations_) cuda::device_free(p);
-  }
-
-  Tensor alloc(DType dtype, std::initializer_list<int64_t> dims) {
-    int64_t n = 1;
-    for (int64_t d : dims) n *= d;
-    void* p = cuda::device_alloc(std::max<int64_t>(n * dtype_size(dtype), 1));
-    allocations_.push_back(p);
-    return Tensor(p, dtype, Device::cuda, dims);
-  }
-  void write(Tensor t, const Floats& v) { test::write_floats(t, v, state_); }
-  Floats read(const Tensor& t) { return test::read_floats(t, state_); }
-  std::vector<uint8_t> read_bytes(const Tensor& t) { return test::read_bytes(t, state_); }
-  void poison(Tensor t) { write(t, Floats(size_t(t.numel()), std::numeric_limits<float>::quiet_NaN())); }
   // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
   void fill_random(Tensor t, uint64_t seed) {
     const int64_t n = t.numel(), block = int64_t(1) << 20;
@@ -117,14 +91,7 @@ class CudaAttention : public ::testing::Test {
       cuda::copy_to_device(static_cast<char*>(t.data) + at * 2, bits.data() + shift, count * 2, state_);
     }
   }
-
-  Context gpu, cpu;
-
- private:
-  std::vector<void*> allocations_;
 };
-
-CudaState* CudaAttention::state_ = nullptr;
 
 ::testing::AssertionResult close(const Floats& got, const Floats& want, double tol, const std::string& what) {
   const double err = relative_error(got.data(), want.data(), int64_t(want.size()));
@@ -186,8 +153,8 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
       ops::attention_forward(gpu, gout, glse, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
     }
     EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << name;
-    EXPECT_TRUE(close(read(gout), cout, kTolBf16, "forward out"));
-    EXPECT_TRUE(close(read(glse), clse, kTolStat, "forward lse"));
+    EXPECT_TRUE(close(download(gout), cout, kTolBf16, "forward out"));
+    EXPECT_TRUE(close(download(glse), clse, kTolStat, "forward lse"));
 
     Tensor gout16 = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), gdout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D});
     Tensor glse_c = alloc(DType::f32, {c.B, c.Hq, c.T}), gdqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
@@ -201,7 +168,7 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
         ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
       }
       EXPECT_STREQ(cuda::attention_last_path(), variant) << name;
-      const Floats got = read(gdqkv);
+      const Floats got = download(gdqkv);
       const int64_t bounds[4] = {0, c.Hq, c.Hq + c.Hkv, Htot};
       const char* parts[3] = {"dq", "dk", "dv"};
       for (int p = 0; p < 3; ++p)
@@ -250,7 +217,7 @@ TEST_F(CudaAttention, CudnnBackwardIsBitwiseReproducible) {
     for (int r = 0; r < 3; ++r) {
       poison(dqkv);
       ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-      runs.push_back(read_bytes(dqkv));
+      runs.push_back(download_bytes(dqkv));
     }
     const bool same = runs[0] == runs[1] && runs[1] == runs[2];
     std::printf("  backward %-20s three runs bitwise identical: %s\n", variant, same ? "yes" : "no");
@@ -274,8 +241,8 @@ TEST_F(CudaAttention, CudnnInsideCudaGraph) {
       ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.088);
     };
     step();  // eager: builds the plans and sizes the scratch
-    const auto eager_out = read_bytes(out), eager_lse = read_bytes(lse), eager_dqkv = read_bytes(dqkv);
-    const Floats eager_dqkv_values = read(dqkv);
+    const auto eager_out = download_bytes(out), eager_lse = download_bytes(lse), eager_dqkv = download_bytes(dqkv);
+    const Floats eager_dqkv_values = download(dqkv);
     poison(out);
     poison(lse);
     poison(dqkv);
@@ -285,12 +252,12 @@ TEST_F(CudaAttention, CudnnInsideCudaGraph) {
     cuda::replay(state_);
     cuda::synchronize(state_);
     EXPECT_STREQ(cuda::attention_last_path(), variant);
-    EXPECT_TRUE(read_bytes(out) == eager_out) << variant;
-    EXPECT_TRUE(read_bytes(lse) == eager_lse) << variant;
-    const bool same = read_bytes(dqkv) == eager_dqkv;
+    EXPECT_TRUE(download_bytes(out) == eager_out) << variant;
+    EXPECT_TRUE(download_bytes(lse) == eager_lse) << variant;
+    const bool same = download_bytes(dqkv) == eager_dqkv;
     std::printf("  graph replay, %-20s dqkv bitwise equal to eager: %s\n", variant, same ? "yes" : "no");
     if (std::strcmp(variant, "cudnn") == 0) EXPECT_TRUE(same);
-    EXPECT_TRUE(close(read(dqkv), eager_dqkv_values, kTolBf16, std::string("graph replay dqkv vs eager (") + variant + ")"));
+    EXPECT_TRUE(close(download(dqkv), eager_dqkv_values, kTolBf16, std::string("graph replay dqkv vs eager (") + variant + ")"));
   }
 }
 
@@ -327,10 +294,10 @@ TEST_F(CudaAttention, Perf) {
       const std::string bwd_path = cuda::attention_last_path();
       if (!slow) {  // is this backward bitwise reproducible at this size?
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
-        const auto first = read_bytes(dqkv);
+        const auto first = download_bytes(dqkv);
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
         std::printf("  %s %s backward twice bitwise identical: %s\n", s.model, mode,
-                    read_bytes(dqkv) == first ? "yes" : "no");
+                    download_bytes(dqkv) == first ? "yes" : "no");
       }
       char row[256];
       std::snprintf(row, sizeof(row), "| %-13s | %2ld/%ld/%3ld | %-19s | %8.3f | %6.1f | %8.3f | %6.1f |",

@@ -135,37 +135,9 @@ using HostI64 = HostOwned<int64_t, DType::i64>;
                                        << cuda_values[worst] << " cpu " << cpu_values[worst];
 }
 
-class CudaOps : public ::testing::Test {
+// Every op test: the shared fixture plus uploads of typed host vectors.
+class CudaOps : public CudaFixture {
  protected:
-  static CudaState* state_;
-
-  static void SetUpTestSuite() {
-    if (cuda::device_available() && !state_) state_ = cuda::create_state(0);
-  }
-  static void TearDownTestSuite() {
-    cuda::destroy_state(state_);
-    state_ = nullptr;
-  }
-
-  void SetUp() override {
-    if (!state_) GTEST_SKIP() << "no CUDA device";
-    gpu.device = Device::cuda;
-    gpu.cuda = state_;
-    cpu.device = Device::cpu;
-    cpu.num_threads = 2;
-  }
-  void TearDown() override {
-    if (state_) cuda::synchronize(state_);
-    for (void* p : allocations_) cuda::device_free(p);
-  }
-
-  Tensor alloc(DType dtype, const Dims& dims) {
-    const int64_t bytes = std::max<int64_t>(numel_of(dims) * dtype_size(dtype), 1);
-    void* p = cuda::device_alloc(bytes);
-    allocations_.push_back(p);
-    return make_tensor(p, dtype, Device::cuda, dims);
-  }
-
   // Device tensor of dtype (bf16 or f32) holding `values` (converted; bf16 values are exact).
   Tensor upload(const Floats& values, DType dtype, const Dims& dims) {
     Tensor t = alloc(dtype, dims);
@@ -198,26 +170,7 @@ class CudaOps : public ::testing::Test {
     cuda::copy_to_host(out.data(), t.data, t.bytes(), state_);
     return out;
   }
-  void write(Tensor t, const Floats& values) { test::write_floats(t, values, state_); }
-  Floats download(const Tensor& t) { return test::read_floats(t, state_); }
-  std::vector<uint8_t> download_bytes(const Tensor& t) { return test::read_bytes(t, state_); }
-  // NaN in every element, so that elements an op forgets to write fail the comparison.
-  void poison(Tensor t) {
-    write(t, Floats(static_cast<size_t>(t.numel()), std::numeric_limits<float>::quiet_NaN()));
-  }
-  Tensor poisoned(DType dtype, const Dims& dims) {
-    Tensor t = alloc(dtype, dims);
-    poison(t);
-    return t;
-  }
-
-  Context gpu, cpu;
-
- private:
-  std::vector<void*> allocations_;
 };
-
-CudaState* CudaOps::state_ = nullptr;
 
 // ---- memory ---------------------------------------------------------------------------------------
 
