@@ -22,6 +22,7 @@
 // built on first use and kept for the process in a side cache with its own cuDNN handle (the
 // handle's stream is set to the caller's stream before each execute), so plans outlive any one
 // CudaState. Workspace (and the backward's f32 dQ accumulator) come from CudaState's scratch.
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -269,20 +270,35 @@ class GraphBuilder {
 
  private:
   // "engine <global index>, knobs <type>=<value> ..." of an engine config (knob types are
-  // cudnnBackendKnobType_t values, e.g. 24 = CUDNN_KNOB_TYPE_KERNEL_CFG).
-  std::string describe(cudnnBackendDescriptor_t config) {
-    constexpr int64_t kMaxKnobs = 32;
-    cudnnBackendDescriptor_t engine = create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
-    std::vector<cudnnBackendDescriptor_t> choices(kMaxKnobs);
-    for (auto& c : choices) c = create(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
-    if (!ok()) return "(descriptor creation failed)";
+  // cudnnBackendKnobType_t values, e.g. 24 = CUDNN_KNOB_TYPE_KERNEL_CFG). Report only: its
+  // descriptors live outside the builder, so a failure here cannot change the plan.
+  static std::string describe(cudnnBackendDescriptor_t config) {
+    constexpr int64_t kMaxKnobs = CUDNN_KNOB_TYPE_COUNTS;  // at most one choice per knob type
+    std::vector<cudnnBackendDescriptor_t> owned;
+    struct Release {
+      std::vector<cudnnBackendDescriptor_t>& d;
+      ~Release() {
+        for (auto x : d) cudnnBackendDestroyDescriptor(x);
+      }
+    } release{owned};
+    auto make = [&](cudnnBackendDescriptorType_t type) {
+      cudnnBackendDescriptor_t d = nullptr;
+      if (cudnnBackendCreateDescriptor(type, &d) != CUDNN_STATUS_SUCCESS) return false;
+      owned.push_back(d);
+      return true;
+    };
+    if (!make(CUDNN_BACKEND_ENGINE_DESCRIPTOR)) return "(cannot describe)";
+    for (int64_t k = 0; k < kMaxKnobs; ++k)
+      if (!make(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR)) return "(cannot describe)";
+    cudnnBackendDescriptor_t engine = owned[0];
+    cudnnBackendDescriptor_t* choices = owned.data() + 1;
     int64_t n = 0, index = -1, knobs = 0;
     cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine);
     cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index);
     cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, kMaxKnobs,
-                             &knobs, choices.data());
+                             &knobs, choices);
     std::string text = "engine " + std::to_string(index) + ", knobs";
-    for (int64_t k = 0; k < knobs; ++k) {
+    for (int64_t k = 0; k < std::min(knobs, kMaxKnobs); ++k) {
       cudnnBackendKnobType_t type{};
       int64_t value = 0;
       cudnnBackendGetAttribute(choices[k], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &n, &type);

@@ -12,8 +12,9 @@
 //                               backward, not bitwise reproducible
 //   anything else / unset       cuDNN, deterministic backward (dQ without atomics): the default,
 //                               since a step repeated from the same state must be bitwise identical
-//   INGOT_ATTENTION_REPORT=1    print, when a plan is built, every engine config cuDNN's heuristics
-//                               offer (engine index, knob choices) and the one taken
+//   INGOT_ATTENTION_REPORT      (any value) print, when a plan is built, every engine config
+//                               cuDNN's heuristics offer (engine index, knob choices) and the
+//                               one taken
 #pragma once
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
