@@ -56,11 +56,19 @@ __global__ void count_differences_kernel(const uint16_t* a, const uint16_t* b, i
   if (local) atomicAdd(count, local);
 }
 
+// An algorithm's config attribute as an int. The attributes have different widths (uint16_t
+// cluster shape, uint32_t tile id, int32_t split-K) and cuBLASLt wants the exact size: ask for it
+// first, then read that many bytes into a zeroed (little-endian) word.
 int algo_config(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-  int value = 0;
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, nullptr, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof(uint64_t))
+    return 0;
+  uint64_t value = 0;
   size_t written = 0;
-  cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written);
-  return value;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, size, &written) != CUBLAS_STATUS_SUCCESS)
+    return 0;
+  return int(value);  // every attribute read here is a small non-negative count or id
 }
 
 // Only GEMMs of at least this many FLOPs and output elements are timed: below that the gain is
@@ -122,6 +130,7 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
       if (ran && r >= 0) INGOT_CUDA_CHECK(cudaEventElapsedTime(&ms[r], scratch.start, scratch.end));
     }
     if (!ran) {
+      cudaGetLastError();  // a launch failure inside cuBLASLt must not surface at the next check
       if (report) std::printf("[gemm]   #%d failed to run: excluded\n", i);
       if (i == 0) return 0;
       continue;
@@ -222,9 +231,17 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
       continue;
     results[usable++] = results[i];
   }
-  INGOT_CHECK(usable > 0, op, ": cuBLASLt returned no usable algorithm for m=", x.m, " n=", x.n, " k=", x.k);
-  if (x.bias) set_bias_pointer(plan, x.bias);
-  plan.algo = results[choose_by_timing(state, x, plan, results, usable, op)].algo;
+  if (usable == 0) {
+    destroy();
+    fail(op, ": cuBLASLt returned no usable algorithm for m=", x.m, " n=", x.n, " k=", x.k);
+  }
+  try {
+    if (x.bias) set_bias_pointer(plan, x.bias);
+    plan.algo = results[choose_by_timing(state, x, plan, results, usable, op)].algo;
+  } catch (...) {
+    destroy();
+    throw;
+  }
   return plan;
 }
 
