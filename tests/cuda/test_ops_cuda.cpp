@@ -339,8 +339,8 @@ TEST_F(CudaOps, Linear) {
     EXPECT_TRUE(close(download(gdw16), cdw.v, kTolBf16, "linear_backward dweight bf16" + tag));
     if (c.bias) EXPECT_TRUE(close(download(gdb16), cdb.v, kTolBf16, "linear_backward dbias bf16" + tag));
   }
-  // No rows (N = 0): an overwritten weight gradient is zero, an accumulated one unchanged, as on
-  // the CPU.
+  // No rows (N = 0): an overwritten weight gradient is zero (the empty sum), an accumulated one
+  // unchanged. Before the fix the overwrite threw (cuBLASLt cannot run k = 0 with beta 0).
   const Floats dw0 = randn(24 * 40, 46, 0.1);
   Tensor empty_in = upload(Floats{}, DType::bf16, {0, 40}), empty_dout = upload(Floats{}, DType::bf16, {0, 24});
   Tensor w = upload(randn(24 * 40, 47), DType::bf16, {24, 40});
