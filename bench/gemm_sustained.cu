@@ -2,7 +2,9 @@
 // twice: a short burst after a rest (the GPU at its boost clock, as the per-shape timing in
 // matmul.cu sees it) and a sustained stretch of back-to-back calls (the GPU at its power limit, as
 // a training step runs). Question it answers: would choosing algorithms by sustained throughput
-// pick differently from choosing by bursts?
+// pick differently from choosing by bursts? The candidates are the ones matmul.cu times: the
+// heuristic's first 8 for a 32 MiB workspace and 256-byte-aligned operands, split-K ones dropped
+// after the first.
 //   build: nvcc -O2 -arch=sm_90a -o /tmp/gemm_sustained bench/gemm_sustained.cu -lcublasLt
 //   run:   /tmp/gemm_sustained [SECONDS_PER_CANDIDATE=1.5]
 #include <cublasLt.h>
@@ -42,6 +44,10 @@ struct Shape {
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.5;
+  if (!(seconds > 0)) {
+    std::fprintf(stderr, "usage: %s [SECONDS_PER_CANDIDATE > 0], got '%s'\n", argv[0], argc > 1 ? argv[1] : "");
+    return 2;
+  }
   const Shape shapes[] = {
       {"gate_up forward: (16384 tokens, 2048) -> 16384", 16384, 16384, 2048, true, false, false},
       {"down forward: (16384 tokens, 8192) -> 2048", 2048, 16384, 8192, true, false, false},
@@ -49,7 +55,7 @@ int main(int argc, char** argv) {
   };
   cublasLtHandle_t lt;
   CHECK(cublasLtCreate(&lt));
-  const size_t workspace_bytes = size_t(64) << 20;
+  const size_t workspace_bytes = size_t(32) << 20;  // CudaState's cuBLASLt workspace
   void* workspace;
   CHECK(cudaMalloc(&workspace, workspace_bytes));
   cudaStream_t stream;
@@ -81,9 +87,23 @@ int main(int argc, char** argv) {
     const uint64_t max_workspace = workspace_bytes;
     CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                                sizeof max_workspace));
-    cublasLtMatmulHeuristicResult_t candidates[8];
-    int count = 0;
-    CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, candidates, &count));
+    const uint32_t alignment = 256;
+    for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &alignment, sizeof alignment));
+    cublasLtMatmulHeuristicResult_t returned[8], candidates[8];
+    int returned_count = 0, count = 0;
+    CHECK(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 8, returned, &returned_count));
+    for (int i = 0; i < returned_count; ++i) {  // as matmul.cu: split-K sums in another order
+      int split_k = 1;
+      uint32_t reduction = 0;
+      size_t written = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&returned[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split_k, sizeof split_k, &written);
+      cublasLtMatmulAlgoConfigGetAttribute(&returned[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &reduction,
+                                           sizeof reduction, &written);
+      if (returned[i].state != CUBLAS_STATUS_SUCCESS || (i > 0 && (split_k > 1 || reduction != 0))) continue;
+      candidates[count++] = returned[i];
+    }
     const float alpha = 1.f, beta = 0.f;
     const double flops = 2.0 * s.m * s.n * s.k;
     std::printf("%s: %d candidates (TFLOP/s burst / sustained)\n", s.name, count);
@@ -106,13 +126,13 @@ int main(int argc, char** argv) {
       float burst_ms;
       CHECK(cudaEventElapsedTime(&burst_ms, start, end));
       burst_ms /= 5;
-      // Sustained: back-to-back calls for `seconds`; only the second half is timed, when the power
-      // limit has long been reached.
+      // Sustained: back-to-back calls for `seconds`; only the second half is timed (at least one
+      // batch of 10), when the power limit has long been reached.
       int timed_calls = 0;
       const auto t0 = std::chrono::steady_clock::now();
       auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
       bool timing = false;
-      while (elapsed() < seconds) {
+      while (!timing || elapsed() < seconds) {
         if (!timing && elapsed() >= seconds / 2) {
           CHECK(cudaEventRecord(start, stream));
           timing = true;

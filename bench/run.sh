@@ -55,9 +55,12 @@ IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
 echo "== Ingot speed benchmark $(date -u '+%Y-%m-%d %H:%M UTC'); budget ${BUDGET}s; logs in $OUTDIR"
-# The GPU the runs use: the first one CUDA_VISIBLE_DEVICES names (an index or a UUID, both of which
-# nvidia-smi -i takes), else 0.
+# The GPU the runs use, for nvidia-smi: the first one CUDA_VISIBLE_DEVICES names when that is an
+# index or a full GPU UUID, else 0. (nvidia-smi counts in PCI order; CUDA indices agree on machines
+# of one GPU model, or with CUDA_DEVICE_ORDER=PCI_BUS_ID. MIG instances are not sampled per instance.)
 SMI_GPU=${CUDA_VISIBLE_DEVICES:-0}; SMI_GPU=${SMI_GPU%%,*}
+[[ $SMI_GPU =~ ^[0-9]+$ || $SMI_GPU =~ ^GPU-[0-9a-fA-F-]{36}$ ]] || SMI_GPU=0
+export SMI_GPU
 if command -v nvidia-smi >/dev/null; then
   echo "GPU: $(nvidia-smi -i "$SMI_GPU" --query-gpu=name,driver_version,memory.total,memory.used --format=csv,noheader 2>&1 | head -1)"
 fi
@@ -251,7 +254,7 @@ echo "[$(printf '%4d' $SECONDS)s] done"
 # The table, ready for docs/perf.md. MFU is recomputed from tokens/s with one formula for every row
 # (bench/presets.py); "Ingot ÷ this" is Ingot's tokens/s at the same model and shape over the row's.
 "$PY" - "$RESULTS" "$HERE" "$MB" <<'PY' | tee "$TABLE"
-import datetime, json, subprocess, sys
+import datetime, json, os, subprocess, sys
 sys.path.insert(0, sys.argv[2])
 import presets
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -305,7 +308,8 @@ peers = [r for r in rows if r["system"] != "ingot" and r.get("gpu")]
 gpu = peers[0]["gpu"] if peers else next((r["gpu"] for r in rows if r.get("gpu")), None)
 if not gpu:
     try:
-        gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+        gpu = subprocess.run(["nvidia-smi", "-i", os.environ.get("SMI_GPU", "0"), "--query-gpu=name",
+                              "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=20).stdout.strip().splitlines()[0]
     except Exception:
         gpu = "unknown GPU"
