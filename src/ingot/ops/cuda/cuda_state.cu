@@ -27,19 +27,6 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
   return state.scratch;
 }
 
-#ifdef INGOT_CUDA_USE_CUDNN
-cudnnHandle_t cudnn_handle(CudaState& state) {
-  if (!state.cudnn) {
-    cudnnStatus_t status = cudnnCreate(&state.cudnn);
-    if (status != CUDNN_STATUS_SUCCESS)
-      fail("cuDNN error: cudnnCreate failed: ", cudnnGetErrorString(status));
-    status = cudnnSetStream(state.cudnn, state.stream);
-    if (status != CUDNN_STATUS_SUCCESS)
-      fail("cuDNN error: cudnnSetStream failed: ", cudnnGetErrorString(status));
-  }
-  return state.cudnn;
-}
-#endif
 
 }  // namespace ingot
 
@@ -103,9 +90,6 @@ void destroy_state(CudaState* state) {
   }
   if (state->graph_exec) cudaGraphExecDestroy(state->graph_exec);
   if (state->graph) cudaGraphDestroy(state->graph);
-#ifdef INGOT_CUDA_USE_CUDNN
-  if (state->cudnn) cudnnDestroy(state->cudnn);
-#endif
   if (state->cublaslt) cublasLtDestroy(state->cublaslt);
   if (state->workspace) cudaFree(state->workspace);
   if (state->scratch) cudaFree(state->scratch);

@@ -63,17 +63,9 @@ struct CudaState {
   cudaGraph_t graph = nullptr;      // the captured step
   cudaGraphExec_t graph_exec = nullptr;
   bool capturing = false;
-
-#ifdef INGOT_CUDA_USE_CUDNN
-  cudnnHandle_t cudnn = nullptr;    // created on first use (see cudnn_handle)
-#endif
 };
 
 // Scratch of at least `bytes`, 256-byte aligned; grows (synchronising) outside capture only.
 void* scratch_buffer(CudaState& state, int64_t bytes, const char* op);
-
-#ifdef INGOT_CUDA_USE_CUDNN
-cudnnHandle_t cudnn_handle(CudaState& state);
-#endif
 
 }  // namespace ingot
