@@ -204,7 +204,7 @@ job() {
   local tag="$kind-$model-$mb${INGOT_EXTRA:-}" out err rc t0=$SECONDS
   out="$WORK/$tag.out"; err="$WORK/$tag.err"
   echo "[$(printf '%4d' $SECONDS)s] $systems $model ${SEQ}x$mb ${INGOT_EXTRA:+$INGOT_EXTRA }(limit ${limit}s)"
-  # SM clock and board power every 100 ms while the job runs (GPU 0): a step that draws the power
+  # SM clock and board power every 100 ms while the job runs (GPU $SMI_GPU): a step that draws the power
   # limit runs below the boost clock, which isolated kernel timings do not show.
   local smi="$WORK/$tag.smi" smi_pid=""
   if [ "$DEVICE" = cuda ] && command -v nvidia-smi >/dev/null; then
