@@ -105,6 +105,35 @@ TEST_F(Training, SameRunTwiceGivesIdenticalBits) {
   EXPECT_TRUE(fs::exists(root + "/a/loss.svg"));
 }
 
+TEST_F(Training, ElementwiseRecomputeGivesIdenticalBits) {
+  // recompute: elementwise keeps the GEMMs' outputs and recomputes the norms, SwiGLU (and for
+  // qwen3, qk-norm and RoPE) into shared buffers during the backward: the same values, so the
+  // same bits as keeping everything, with a smaller activation plan. Llama and Qwen3 (qk-norm).
+  auto activations = [](const std::string& log) {
+    const size_t at = log.find("activations ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find(" |", at) - at);
+  };
+  for (const std::string type : {"llama", "qwen3"}) {
+    auto config = [&](const std::string& name) {
+      std::string text = tiny_config(data, root + "/" + name, 6, 0);
+      if (type == "qwen3") text.replace(text.find("model_type: llama"), 17, "model_type: qwen3\n  head_dim: 8");
+      return text;
+    };
+    std::string out_none, out_elementwise;
+    ASSERT_EQ(0, train(config(type + "-none"), type + "-none", "", &out_none)) << out_none;
+    ASSERT_EQ(0, train(config(type + "-elementwise"), type + "-elementwise", "--set recompute=elementwise", &out_elementwise)) << out_elementwise;
+    const std::string none = root + "/" + type + "-none", elementwise = root + "/" + type + "-elementwise";
+    EXPECT_EQ(loss_lines(none + "/metrics.jsonl"), loss_lines(elementwise + "/metrics.jsonl")) << type;
+    EXPECT_EQ(read_file(none + "/checkpoint-6/model.safetensors"), read_file(elementwise + "/checkpoint-6/model.safetensors"))
+        << type;
+    EXPECT_EQ(read_file(none + "/checkpoint-6/optimizer.safetensors"),
+              read_file(elementwise + "/checkpoint-6/optimizer.safetensors"))
+        << type;
+    ASSERT_FALSE(activations(out_none).empty()) << out_none;
+    EXPECT_NE(activations(out_none), activations(out_elementwise)) << type << ": the elementwise plan should hold fewer activations";
+  }
+}
+
 TEST_F(Training, BlockRecomputeGivesIdenticalBits) {
   // recompute: block re-runs each block's forward in the backward with the same ops in the same
   // order, so everything must match the run that kept its activations, bit for bit; and its
@@ -127,6 +156,7 @@ TEST_F(Training, BlockRecomputeGivesIdenticalBits) {
 
   std::string out;
   EXPECT_NE(0, train(tiny_config(data, root + "/bad", 2, 0), "bad", "--set recompute=layer", &out));
+  EXPECT_NE(out.find("elementwise"), std::string::npos) << "the error should list the choices: " << out;
   EXPECT_NE(out.find("recompute"), std::string::npos) << out;
   EXPECT_NE(out.find("layer"), std::string::npos) << out;
 }

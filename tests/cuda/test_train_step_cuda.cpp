@@ -1,11 +1,12 @@
 // The training step on CUDA (train/train_step.h): the captured graph must replay exactly what the
-// eager launches do, with two steps in flight and results collected one step late, and block
-// recompute must change nothing. Both comparisons are bitwise: every kernel on the step's path is
+// eager launches do, with two steps in flight and results collected one step late, and elementwise
+// or block recompute must change nothing. Both comparisons are bitwise: every kernel on the step's path is
 // deterministic, and recompute re-runs the same ops in the same order.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "ingot/model/transformer.h"
@@ -19,10 +20,11 @@ using namespace ingot;
 namespace {
 
 
-ModelConfig small_llama() {
-  return parse_model_config(R"({"model_type": "llama", "vocab_size": 320, "hidden_size": 128,
+// Llama, or Qwen3 (qk-norm: elementwise recompute also redoes qk-norm and RoPE).
+ModelConfig small_model(const std::string& model_type = "llama") {
+  return parse_model_config(R"({"model_type": ")" + model_type + R"(", "vocab_size": 320, "hidden_size": 128,
     "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "max_position_embeddings": 128, "tie_word_embeddings": true})", "test config");
+    "head_dim": 32, "max_position_embeddings": 128, "tie_word_embeddings": true})", "test config");
 }
 
 struct RunResult {
@@ -31,11 +33,11 @@ struct RunResult {
   bool captured = false;
 };
 
-RunResult run(bool graph, Recompute recompute) {
+RunResult run(bool graph, Recompute recompute, const std::string& model_type = "llama") {
   constexpr int64_t B = 2, T = 64, accum = 2, steps = 6;
   test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
-  const ModelConfig config = small_llama();
+  const ModelConfig config = small_model(model_type);
   const Recipe recipe = make_recipe("bf16", Device::cuda);
   Transformer model(config, recipe, ctx, B, T, 0, recompute);
   model.init_random(3);
@@ -81,7 +83,7 @@ void expect_identical(const RunResult& a, const RunResult& b, const char* what) 
 
 }  // namespace
 
-TEST(CudaTrainStep, GraphReplayAndBlockRecomputeMatchEagerBitwise) {
+TEST(CudaTrainStep, GraphReplayAndRecomputeMatchEagerBitwise) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   const RunResult eager = run(false, Recompute::none);
   const RunResult graph = run(true, Recompute::none);
@@ -98,4 +100,7 @@ TEST(CudaTrainStep, GraphReplayAndBlockRecomputeMatchEagerBitwise) {
   EXPECT_LT(eager.steps.back().loss_sum, eager.steps.front().loss_sum);
   expect_identical(eager, graph, "graph replay vs eager");
   expect_identical(graph, graph_recompute, "block recompute vs none");
+  expect_identical(graph, run(true, Recompute::elementwise), "elementwise recompute vs none");
+  expect_identical(run(true, Recompute::none, "qwen3"), run(true, Recompute::elementwise, "qwen3"),
+                   "qwen3: elementwise recompute vs none");
 }

@@ -69,8 +69,9 @@ static int64_t auto_chunk(int64_t tokens, int64_t vocab) {
 
 Recompute parse_recompute(const std::string& name) {
   if (name == "none") return Recompute::none;
+  if (name == "elementwise") return Recompute::elementwise;
   if (name == "block") return Recompute::block;
-  fail("recompute must be none or block, got \"", name, "\"");
+  fail("recompute must be none, elementwise or block, got \"", name, "\"");
 }
 
 Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Context& ctx,
@@ -132,22 +133,26 @@ std::unique_ptr<Transformer::Activations> Transformer::plan_activations(
       s.layers.push_back(s.layers.front());
       continue;
     }
+    // elementwise: the first block allocates the recomputed buffers, the others share them.
+    const bool share = recompute == Recompute::elementwise && l > 0;
+    const Activations::Layer* first = share ? &s.layers.front() : nullptr;
     Activations::Layer L;
-    L.ln1 = a.allocate(act, {N, C});
+    L.ln1 = share ? first->ln1 : a.allocate(act, {N, C});
     L.rstd1 = a.allocate(stat, {N});
-    L.qkv = a.allocate(act, {N, Htot, D});
     if (c.qk_norm) {
+      L.qkv = share ? first->qkv : a.allocate(act, {N, Htot, D});
       L.qkv_raw = a.allocate(act, {N, Htot, D});
       L.qk_rstd = a.allocate(stat, {N, Hq + Hkv});
     } else {
+      L.qkv = a.allocate(act, {N, Htot, D});  // rotated in place: nothing to recompute it from
       L.qkv_raw = L.qkv;
     }
     L.attn = a.allocate(act, {N, Hq * D});
     L.lse = a.allocate(stat, {B, Hq, T});
-    L.ln2 = a.allocate(act, {N, C});
+    L.ln2 = share ? first->ln2 : a.allocate(act, {N, C});
     L.rstd2 = a.allocate(stat, {N});
     L.gate_up = a.allocate(act, {N, 2 * F});
-    L.hidden = a.allocate(act, {N, F});
+    L.hidden = share ? first->hidden : a.allocate(act, {N, F});
     s.layers.push_back(L);
   }
   s.lnf = a.allocate(act, {N, C});
@@ -345,16 +350,26 @@ void Transformer::backward(GradWrite grads) {
       attention_inputs(l);
       mlp_inputs(l);
     }
+    // elementwise: the shared buffers hold the last block's values; each is rewritten for block l
+    // just before its consumer.
+    const bool recompute_elementwise = recompute_ == Recompute::elementwise && l < c.num_hidden_layers - 1;
     const LayerParams& p = params_.layers[l];
     const LayerParams& g = param_grads_.layers[l];
     Activations::Layer& L = s.layers[l];
     // MLP half (dresidual = d x_out, which is also d of the skip path into x_mid)
+    if (recompute_elementwise) ops::swiglu_forward(ctx_, L.hidden, L.gate_up);
     ops::linear_backward(ctx_, s.dhidden, g.down, Tensor(), s.dresidual, L.hidden, p.down, add);
     ops::swiglu_backward(ctx_, s.dgate_up, s.dhidden, L.gate_up);
+    if (recompute_elementwise)
+      ops::rmsnorm_forward(ctx_, L.ln2, L.rstd2, s.residual[2 * l + 1], p.post_norm, c.rms_norm_eps);
     ops::linear_backward(ctx_, s.dnormed, g.gate_up, Tensor(), s.dgate_up, L.ln2, p.gate_up, add);
     ops::rmsnorm_backward(ctx_, s.dresidual, g.post_norm, s.dnormed, s.residual[2 * l + 1], p.post_norm, L.rstd2);
     // attention half (dresidual = d x_mid)
     ops::linear_backward(ctx_, s.dattn, g.o, Tensor(), s.dresidual, L.attn, p.o, add);
+    if (recompute_elementwise && c.qk_norm) {
+      ops::qk_norm_forward(ctx_, L.qkv, L.qk_rstd, L.qkv_raw, p.q_norm, p.k_norm, Hq, Hkv, c.rms_norm_eps);
+      ops::rope_forward(ctx_, L.qkv, s.positions, s.inv_freq, Hq + Hkv);
+    }
     const Tensor qkv4 = L.qkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
     const Tensor dqkv4 = s.dqkv.view({L.lse.dim(0), L.lse.dim(2), L.qkv.dim(1), L.qkv.dim(2)});
     const Tensor attn4 = L.attn.view({L.lse.dim(0), L.lse.dim(2), Hq, c.head_dim});
@@ -365,6 +380,8 @@ void Transformer::backward(GradWrite grads) {
       ops::qk_norm_backward(ctx_, s.dqkv_raw, g.q_norm, g.k_norm, s.dqkv, L.qkv_raw, p.q_norm, p.k_norm,
                             L.qk_rstd, Hq, Hkv);
     const Tensor dqkv2 = s.dqkv_raw.view({s.dqkv_raw.dim(0), s.dqkv_raw.dim(1) * s.dqkv_raw.dim(2)});
+    if (recompute_elementwise)
+      ops::rmsnorm_forward(ctx_, L.ln1, L.rstd1, s.residual[2 * l], p.input_norm, c.rms_norm_eps);
     ops::linear_backward(ctx_, s.dnormed, g.qkv, g.qkv_bias, dqkv2, L.ln1, p.qkv, add);
     ops::rmsnorm_backward(ctx_, s.dresidual, g.input_norm, s.dnormed, s.residual[2 * l], p.input_norm, L.rstd1);
   }

@@ -27,12 +27,17 @@ struct HostBatch {
   const int32_t* segment_ids = nullptr;
 };
 
-// Activation memory policy. none: every block keeps its activations for the backward. block: only
-// each block's input (the residual stream) is kept; the backward re-runs the block's forward
-// (without its two output projections) into one shared set of buffers, about a third more
-// compute for a fraction of the activation memory.
-enum class Recompute { none, block };
-Recompute parse_recompute(const std::string& name);  // "none" | "block"
+// Activation memory policy. none: every block keeps its activations for the backward.
+// elementwise: every block keeps what the GEMMs and attention produce (qkv before qk-norm, the
+// attention output and lse, gate_up) and the norm statistics; the outputs of the elementwise ops
+// that feed a GEMM (both RMSNorms, SwiGLU, and for qk-norm models the normed and rotated qkv)
+// live in one shared set of buffers and are recomputed in the backward: a few memory-bound
+// passes for about a third of the activation memory. block: only each block's input (the
+// residual stream) is kept; the backward re-runs the block's forward (without its two output
+// projections) into one shared set of buffers, about a third more compute for a fraction of the
+// activation memory. Every policy gives bitwise the same results (same ops on the same inputs).
+enum class Recompute { none, elementwise, block };
+Recompute parse_recompute(const std::string& name);  // "none" | "elementwise" | "block"
 
 // Inverse RoPE frequencies (D/2) in float64, llama3 scaling applied when configured.
 std::vector<double> rope_inverse_frequencies(const ModelConfig& config);

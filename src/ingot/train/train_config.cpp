@@ -51,7 +51,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"precision", "auto", "auto (cpu: fp32, cuda: bf16), fp32 or bf16"},
       {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},
       {"cuda_graph", "true", "CUDA: capture the whole training step as one CUDA graph and replay it"},
-      {"recompute", "none", "none, or block: keep only each block's input and recompute the block's forward during backward"},
+      {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},
       {"num_threads", "0", "CPU threads; 0: all cores"},
       {"logits_chunk_tokens", "0", "tokens per LM-head + loss chunk; 0: automatic"},
       {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range"},
@@ -230,8 +230,8 @@ void validate(const TrainConfig& c) {
     fail(src, ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
     fail(src, ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
-  if (c.recompute != "none" && c.recompute != "block")
-    fail(src, ": key \"recompute\" must be none or block, got \"", c.recompute, "\"");
+  if (c.recompute != "none" && c.recompute != "elementwise" && c.recompute != "block")
+    fail(src, ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
     fail(src, ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
   if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
