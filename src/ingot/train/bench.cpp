@@ -69,7 +69,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
 
   const Recompute recompute = parse_recompute(o.recompute);
   check_memory_fits(estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute), ctx, device.description(),
-                    "try a smaller --micro-batch or --seq, --recompute block or --no-master-weights");
+                    "try a smaller --micro-batch or --seq, --recompute elementwise or block, or --no-master-weights");
   Transformer model(config, recipe, ctx, B, T, 0, recompute);
   model.init_random(1);
   AdamWConfig adam;

@@ -135,7 +135,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   check_memory_fits(memory, ctx, device.description(),
-                    "reduce micro_batch_size or sequence_len, or set recompute: block or master_weights: false");
+                    "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, or master_weights: false");
 
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
