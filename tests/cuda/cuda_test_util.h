@@ -13,6 +13,7 @@
 
 #include "ingot/core/context.h"
 #include "ingot/core/dtype.h"
+#include "ingot/core/error.h"
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/device.h"
 
@@ -111,6 +112,7 @@ class CudaFixture : public ::testing::Test {
 
   // Uninitialised device tensor (at least one byte, so that empty tensors have an address).
   Tensor alloc(DType dtype, const Dims& dims) {
+    INGOT_CHECK(dims.size() <= size_t(Tensor::kMaxDims), "alloc: rank ", dims.size(), " exceeds ", Tensor::kMaxDims);
     int64_t n = 1;
     for (int64_t d : dims) n *= d;
     void* p = cuda::device_alloc(std::max<int64_t>(n * dtype_size(dtype), 1));

@@ -32,7 +32,7 @@ struct HostBatch {
 // attention output and lse, gate_up) and the norm statistics; the outputs of the elementwise ops
 // that feed a GEMM (both RMSNorms, SwiGLU, and for qk-norm models the normed and rotated qkv)
 // live in one shared set of buffers and are recomputed in the backward: a few memory-bound
-// passes for about a third of the activation memory. block: only each block's input (the
+// passes save about a third of the activation memory. block: only each block's input (the
 // residual stream) is kept; the backward re-runs the block's forward (without its two output
 // projections) into one shared set of buffers, about a third more compute for a fraction of the
 // activation memory. Every policy gives bitwise the same results (same ops on the same inputs).

@@ -48,7 +48,7 @@ struct TrainConfig {
   std::string precision = "auto";    // auto (cpu: fp32, cuda: bf16) | fp32 | bf16
   bool master_weights = true;        // bf16: keep f32 master weights
   bool cuda_graph = true;            // CUDA: capture the whole step once and replay it
-  std::string recompute = "none";    // none | block: keep only block inputs, redo the block forward in backward
+  std::string recompute = "none";    // none | elementwise | block (model/transformer.h: Recompute)
   int64_t num_threads = 0;           // CPU threads; 0: all cores
   int64_t logits_chunk_tokens = 0;   // LM head + loss chunk; 0: automatic
   double init_std = 0.0;             // > 0 overrides config.json's initializer_range (from scratch)
