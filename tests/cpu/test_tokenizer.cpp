@@ -24,16 +24,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using ingot::test::read_file;
 
 std::string qwen3_dir() { return (fs::path(test::source_dir()) / ".." / "shared" / "data" / "tokenizers" / "qwen3").string(); }
 bool have_qwen3() { return fs::exists(fs::path(qwen3_dir()) / "tokenizer.json"); }
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Runs tools/tokenizer_parity.py once per test binary. Returns null (and sets *why) to skip.
 const json* parity_data(std::string* why) {

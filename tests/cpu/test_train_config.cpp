@@ -51,11 +51,9 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {
-  std::ifstream f(test::source_dir() + "/docs/config.md");
-  std::stringstream doc;
-  doc << f.rdbuf();
+  const std::string doc = test::read_file(test::source_dir() + "/docs/config.md");
   for (const ConfigKeyInfo& k : train_config_keys())
-    EXPECT_NE(doc.str().find("| `" + std::string(k.name) + "` | `" + k.default_value + "` |"), std::string::npos)
+    EXPECT_NE(doc.find("| `" + std::string(k.name) + "` | `" + k.default_value + "` |"), std::string::npos)
         << k.name << " is missing from docs/config.md or its default differs";
 }
 

@@ -10,16 +10,10 @@
 #include "test_util.h"
 
 namespace fs = std::filesystem;
+using ingot::test::read_file;
 using ingot::test::run_command;
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);

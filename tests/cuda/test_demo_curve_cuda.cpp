@@ -29,13 +29,6 @@ constexpr int kSteps = 300;
 constexpr int kTail = 100;
 constexpr double kMaxMeanAbsDiff = 0.02;
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 // The "loss" of every line of metrics.jsonl (one line a step with logging_steps: 1).
 std::vector<double> losses(const std::string& metrics_path) {
   std::ifstream f(metrics_path);
@@ -144,9 +137,9 @@ TEST_F(CudaDemoCurve, Bf16RunRepeatsBitwise) {
   EXPECT_EQ(losses(runs_->bf16_again + "/metrics.jsonl"), curve);
   const std::string checkpoint = "/checkpoint-" + std::to_string(kSteps);
   for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
-    const std::string a = read_file(runs_->bf16 + checkpoint + file);
+    const std::string a = test::read_file(runs_->bf16 + checkpoint + file);
     EXPECT_FALSE(a.empty()) << runs_->bf16 + checkpoint + file;
-    EXPECT_TRUE(a == read_file(runs_->bf16_again + checkpoint + file)) << "the two bf16 runs differ in " << file;
+    EXPECT_TRUE(a == test::read_file(runs_->bf16_again + checkpoint + file)) << "the two bf16 runs differ in " << file;
   }
 }
 
