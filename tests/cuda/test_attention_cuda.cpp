@@ -80,6 +80,23 @@ class CudaAttention : public CudaFixture {
     CudaFixture::SetUp();
     cpu.num_threads = 8;
   }
+  // The perf tests' problem: random qkv (B,T,Hq+2Hkv,D) and dout (B,T,Hq,D) from seeds seed and
+  // seed + 1; out, lse and dqkv allocated for the ops to write.
+  struct Problem {
+    Tensor qkv, dout, out, lse, dqkv;
+  };
+  Problem random_problem(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, uint64_t seed) {
+    const int64_t Htot = Hq + 2 * Hkv;
+    Problem p;
+    p.qkv = alloc(DType::bf16, {B, T, Htot, D});
+    p.dout = alloc(DType::bf16, {B, T, Hq, D});
+    fill_random(p.qkv, seed);
+    fill_random(p.dout, seed + 1);
+    p.out = alloc(DType::bf16, {B, T, Hq, D});
+    p.lse = alloc(DType::f32, {B, Hq, T});
+    p.dqkv = alloc(DType::bf16, {B, T, Htot, D});
+    return p;
+  }
   // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
   void fill_random(Tensor t, uint64_t seed) {
     const int64_t n = t.numel(), block = int64_t(1) << 20;
@@ -273,13 +290,8 @@ TEST_F(CudaAttention, Perf) {
   const int64_t B = 4, T = 4096;
   std::vector<std::string> rows;
   for (const Shape& s : shapes) {
-    const int64_t Htot = s.Hq + 2 * s.Hkv;
     const double scale = 1.0 / std::sqrt(double(s.D));
-    Tensor qkv = alloc(DType::bf16, {B, T, Htot, s.D}), dout = alloc(DType::bf16, {B, T, s.Hq, s.D});
-    fill_random(qkv, 21);
-    fill_random(dout, 22);
-    Tensor out = alloc(DType::bf16, {B, T, s.Hq, s.D}), lse = alloc(DType::f32, {B, s.Hq, T});
-    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, s.D});
+    const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, s.Hq, s.Hkv, s.D, 21);
     const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
     for (const char* mode : {"kernels", "cudnn", "cudnn-fast"}) {
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
@@ -326,13 +338,9 @@ TEST_F(CudaAttention, PerfShortSequences) {
   std::printf("| heads            | T    | kernels | cudnn  |\n");
   for (const Heads& h : {Heads{"demo 4/2/64", 4, 2, 64}, Heads{"llama-1b 32/8/64", 32, 8, 64}}) {
     for (const int64_t T : {64, 128, 256, 512, 1024, 2048}) {
-      const int64_t B = 16384 / T, Htot = h.Hq + 2 * h.Hkv;
+      const int64_t B = 16384 / T;
       const double scale = 1.0 / std::sqrt(double(h.D));
-      Tensor qkv = alloc(DType::bf16, {B, T, Htot, h.D}), dout = alloc(DType::bf16, {B, T, h.Hq, h.D});
-      fill_random(qkv, 31);
-      fill_random(dout, 32);
-      Tensor out = alloc(DType::bf16, {B, T, h.Hq, h.D}), lse = alloc(DType::f32, {B, h.Hq, T});
-      Tensor dqkv = alloc(DType::bf16, {B, T, Htot, h.D});
+      const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, h.Hq, h.Hkv, h.D, 31);
       double ms[2];
       int i = 0;
       for (const char* mode : {"kernels", "cudnn"}) {
@@ -354,13 +362,8 @@ TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {
   const int64_t B = 4, T = 4096, Hq = 32, D = 64;
   std::printf("| Hq/Hkv/D  | variant       | fwd ms | bwd ms |\n");
   for (const int64_t Hkv : {8, 32}) {
-    const int64_t Htot = Hq + 2 * Hkv;
     const double scale = 1.0 / std::sqrt(double(D));
-    Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
-    fill_random(qkv, 41);
-    fill_random(dout, 42);
-    Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
-    Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+    const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 41);
     for (const char* mode : {"cudnn", "cudnn-fast"}) {
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
       const double f = median_ms(state_, [&] { ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale); });

@@ -625,23 +625,21 @@ TEST_F(CudaOps, AdamW) {
         HostF64 cs(s0, {ops::kAdamWSlots});
         ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, cmaster.t, cruns.t, cs.t, h.constants);
         if (max_norm > 0) ASSERT_GT(cs.v[ops::kAdamWGradNorm], max_norm) << "the clip must be active" << tag;
-        Tensor gp = poisoned(DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
-        Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n}), gmaster = upload(p, DType::f32, {n});
-        Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
-        ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h.constants);
-        EXPECT_TRUE(close(download(gmaster), cmaster.v, kTolF32, "adamw master" + tag));
-        EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw m" + tag));
-        EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw v" + tag));
-        EXPECT_TRUE(close(download(gp), cp.v, kTolBf16, "adamw param bf16" + tag));
-        check_scalars(gs, cs.v, "adamw scalars" + tag);
-        // f32 grads with the bf16 params
-        Tensor gp2 = poisoned(DType::bf16, {n}), gg32 = upload(g, DType::f32, {n});
-        Tensor gm2 = upload(m, DType::f32, {n}), gv2 = upload(v, DType::f32, {n}), gmaster2 = upload(p, DType::f32, {n});
-        Tensor gs2 = upload_f64(s0, {ops::kAdamWSlots});
-        ops::adamw_step(gpu, gp2, gg32, gm2, gv2, gmaster2, gruns, gs2, h.constants);
-        EXPECT_TRUE(close(download(gmaster2), cmaster.v, kTolF32, "adamw master, f32 grads" + tag));
-        EXPECT_TRUE(close(download(gp2), cp.v, kTolBf16, "adamw param bf16, f32 grads" + tag));
-        check_scalars(gs2, cs.v, "adamw scalars, f32 grads" + tag);
+        // bf16 grads, then f32 grads with the same bf16 params (m and v checked on the first).
+        for (const DType grad_dtype : {DType::bf16, DType::f32}) {
+          const std::string what = grad_dtype == DType::f32 ? ", f32 grads" + tag : tag;
+          Tensor gp = poisoned(DType::bf16, {n}), gg = upload(g, grad_dtype, {n});
+          Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n}), gmaster = upload(p, DType::f32, {n});
+          Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
+          ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h.constants);
+          EXPECT_TRUE(close(download(gmaster), cmaster.v, kTolF32, "adamw master" + what));
+          if (grad_dtype == DType::bf16) {
+            EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw m" + what));
+            EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw v" + what));
+          }
+          EXPECT_TRUE(close(download(gp), cp.v, kTolBf16, "adamw param bf16" + what));
+          check_scalars(gs, cs.v, "adamw scalars" + what);
+        }
       }
       // All-f32 tensors, no master.
       {
