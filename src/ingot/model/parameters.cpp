@@ -21,9 +21,8 @@ std::vector<ParamEntry> plan_parameters(const ModelConfig& c) {
     e.kind = kind;
     e.init = init;
     e.pieces = std::move(pieces);
-    // Keep every parameter 64-element aligned so vector loads of any dtype stay aligned.
     e.offset = offset;
-    offset += (e.numel + 63) / 64 * 64;
+    offset = e.slot_end();
     entries.push_back(std::move(e));
   };
   add("embed", {V, C}, ParamKind::embedding, ParamInit::normal, {{"model.embed_tokens.weight", 0, V}});
@@ -58,8 +57,7 @@ std::vector<ParamEntry> plan_parameters(const ModelConfig& c) {
 
 int64_t total_numel(const std::vector<ParamEntry>& entries) {
   if (entries.empty()) return 0;
-  const ParamEntry& last = entries.back();
-  return last.offset + (last.numel + 63) / 64 * 64;
+  return entries.back().slot_end();
 }
 
 Tensor param_view(const Tensor& flat, const ParamEntry& entry) {

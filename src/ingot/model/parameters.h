@@ -30,6 +30,9 @@ struct ParamEntry {
   ParamKind kind = ParamKind::matrix;
   ParamInit init = ParamInit::normal;
   std::vector<HfPiece> pieces;
+  // End of the entry's slot in the flat buffers: every parameter starts 64-element aligned, so
+  // vector loads of any dtype stay aligned; [offset + numel, slot_end) is padding.
+  int64_t slot_end() const { return offset + (numel + 63) / 64 * 64; }
 };
 
 // Builds the parameter list (names, shapes, offsets, HF mapping) for a config.

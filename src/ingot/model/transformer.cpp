@@ -86,7 +86,7 @@ Transformer::Transformer(const ModelConfig& config, const Recipe& recipe, Contex
     // first chunk writes it before the embedding backward adds to it). Their alignment padding
     // is zeroed with the rest, so that every element is either written or zeroed.
     const bool gemm_written = e.kind == ParamKind::matrix || (e.kind == ParamKind::embedding && config_.tie_word_embeddings);
-    const int64_t begin = gemm_written ? e.offset + e.numel : e.offset, end = e.offset + (e.numel + 63) / 64 * 64;
+    const int64_t begin = gemm_written ? e.offset + e.numel : e.offset, end = e.slot_end();
     if (begin == end) continue;
     if (!accumulated_only_.empty() && accumulated_only_.back().second == begin)
       accumulated_only_.back().second = end;
