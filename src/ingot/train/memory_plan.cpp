@@ -31,7 +31,9 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   m.activations = model.activations;
   m.master = AdamW::estimate_master_bytes(P, recipe);
   m.optimizer = AdamW::estimate_state_bytes(P, recipe);
-  m.scratch = device == Device::cuda ? (int64_t{32} << 20) : 0;  // the cuBLASLt workspace
+#ifdef INGOT_HAVE_CUDA
+  if (device == Device::cuda) m.scratch = cuda::kCublasLtWorkspaceBytes;
+#endif
   return m;
 }
 

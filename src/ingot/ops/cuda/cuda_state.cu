@@ -32,10 +32,6 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
 
 namespace ingot::cuda {
 
-namespace {
-constexpr int64_t kWorkspaceBytes = 32ll << 20;  // cuBLASLt: enough for split-K on large GEMMs
-}
-
 bool device_available() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -60,8 +56,8 @@ CudaState* create_state(int device_index) {
     state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
     INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
-    state->workspace = device_alloc(kWorkspaceBytes);
-    state->workspace_bytes = kWorkspaceBytes;
+    state->workspace = device_alloc(kCublasLtWorkspaceBytes);
+    state->workspace_bytes = kCublasLtWorkspaceBytes;
     if (const char* tune = std::getenv("INGOT_GEMM_TUNE")) {
       if (std::strcmp(tune, "0") == 0) state->gemm_tuning = GemmTuning::first_choice;
       if (std::strcmp(tune, "report") == 0) state->gemm_tuning = GemmTuning::timed_report;

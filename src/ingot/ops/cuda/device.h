@@ -10,6 +10,10 @@
 
 namespace ingot::cuda {
 
+// The cuBLASLt workspace each CudaState preallocates (enough for split-K on large GEMMs); the
+// memory plan counts it as scratch.
+constexpr int64_t kCublasLtWorkspaceBytes = int64_t{32} << 20;
+
 bool device_available();                      // a CUDA device is present and usable
 CudaState* create_state(int device_index);    // selects the device; stream, cuBLASLt, workspace
 void destroy_state(CudaState* state);
