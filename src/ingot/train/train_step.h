@@ -1,5 +1,6 @@
 // One optimizer step as a unit that the trainer and `ingot bench` share: upload the step's
-// micro-batches, zero the gradients, forward + backward per micro-batch, clip + AdamW, and copy
+// micro-batches, forward + backward per micro-batch (the first overwrites the gradients, the
+// others add to them), clip + AdamW, and copy
 // the loss sum and grad norm back. On CUDA the whole step is captured once as a CUDA graph (on
 // the second launch; the first runs eagerly and creates every plan and scratch buffer) and then
 // replayed, and nothing waits on the GPU in the steady state: inputs go up from pinned memory,
