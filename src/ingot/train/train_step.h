@@ -1,9 +1,10 @@
 // One optimizer step as a unit that the trainer and `ingot bench` share: upload the step's
 // micro-batches, forward + backward per micro-batch (the first overwrites the gradients, the
-// others add to them), clip + AdamW, and copy the loss sum and grad norm back. On CUDA the whole step is captured once as a CUDA graph (on
-// the second launch; the first runs eagerly and creates every plan and scratch buffer) and then
-// replayed, and nothing waits on the GPU in the steady state: inputs go up from pinned memory,
-// results come back through pinned memory and are collected one step later.
+// others add to them), clip + AdamW, and copy the loss sum and grad norm back. On CUDA the whole
+// step is captured once as a CUDA graph (on the second launch; the first runs eagerly and creates
+// every plan and scratch buffer) and then replayed, and nothing waits on the GPU in the steady
+// state: inputs go up from pinned memory, results come back through pinned memory and are
+// collected one step later.
 // Invariants:
 //   - The gradient buffer holds the gradient of the loss SUM; the optimizer divides by the
 //     number of targets (its grad_divisor), so one captured graph serves any target count.
