@@ -202,6 +202,7 @@ job() {
   fi
   local limit=$(( cap < left ? cap : left ))
   local tag="$kind-$model-$mb${INGOT_EXTRA:-}" out err rc t0=$SECONDS
+  tag=${tag// /}
   out="$WORK/$tag.out"; err="$WORK/$tag.err"
   echo "[$(printf '%4d' $SECONDS)s] $systems $model ${SEQ}x$mb ${INGOT_EXTRA:+$INGOT_EXTRA }(limit ${limit}s)"
   # SM clock and board power every 100 ms while the job runs (GPU $SMI_GPU): a step that draws the power
@@ -238,9 +239,12 @@ job() {
 for m in "${MODEL_LIST[@]}"; do job ingot "$m" "$MB" 100 15; done
 if [ -n "$BIG" ]; then
   job ingot "$BIG" 1 150 30
-  # fp32 master weights + AdamW state of 8B parameters are 96 GiB: if that does not fit, try without.
+  # fp32 master weights + AdamW state of 8B parameters are 96 GiB: if that does not fit, run with the
+  # memory of the eager peer's bf16 model (bf16 weights, gradients and AdamW moments, no master
+  # copy), plus the elementwise recompute.
   if tail -n 1 "$RESULTS" | grep -q '"oom": true'; then
-    INGOT_EXTRA=--no-master-weights job ingot "$BIG" 1 150 30
+    INGOT_EXTRA="--no-master-weights --grad-dtype bf16 --optimizer-state-dtype bf16 --recompute elementwise" \
+      job ingot "$BIG" 1 150 30
   fi
 fi
 for m in "${MODEL_LIST[@]}"; do job eager "$m" "$MB" 150 25; done

@@ -897,6 +897,78 @@ TEST(CpuOps, AdamWStepMasterWeightsMatchPlainF32) {
   }
 }
 
+// bf16 AdamW state (optimizer_state_dtype: bf16): m and v are read as f32 and the update uses
+// their new values before they are stored rounded to nearest. So one step from the same state
+// values gives bit for bit the f32-state step's weights, and m, v equal to its m, v rounded once.
+// Step 3 from random state (every value bf16-representable), decay runs and clipping active; with
+// a master copy (bf16 params) and without one (bf16 params updated directly).
+TEST(CpuOps, AdamWStepBf16StateRoundsTheF32Update) {
+  const int64_t n = 45;
+  Values p0(n), g0(n), m0(n), v0(n);
+  fill_normal(p0, 41);
+  fill_normal(g0, 42);
+  fill_normal(m0, 43);
+  fill_normal(v0, 44);
+  for (double& x : m0) x *= 0.05;
+  for (double& x : v0) x = 0.01 * x * x;
+  const Values p_bf = round_bf16(p0), g_bf = round_bf16(g0), m_bf = round_bf16(m0), v_bf = round_bf16(v0);
+  const Runs runs = {{3, 20}, {30, 45}};
+  AdamWSetting h;
+  h.divisor = 2;
+  h.max_norm = 0.5;
+  Context ctx = cpu_context(2);
+  auto bits = [](const Values& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(static_cast<float>(x[i]));
+    return b;
+  };
+  for (const bool with_master : {true, false}) {
+    const std::string what = with_master ? "master" : "no master";
+    // f32 state from the bf16 state's values.
+    std::vector<uint16_t> params_f = bits(p_bf), grads = bits(g_bf);
+    std::vector<float> master_f(p_bf.begin(), p_bf.end()), m_f(m_bf.begin(), m_bf.end()), v_f(v_bf.begin(), v_bf.end());
+    // bf16 state.
+    std::vector<uint16_t> params_b = bits(p_bf), m_b = bits(m_bf), v_b = bits(v_bf);
+    std::vector<float> master_b(p_bf.begin(), p_bf.end());
+    DecayRuns decay(runs);
+    AdamWScalars scalars_f(h, 3), scalars_b(h, 3);
+    const Tensor g_t(grads.data(), DType::bf16, Device::cpu, {n});
+    ops::adamw_step(ctx, Tensor(params_f.data(), DType::bf16, Device::cpu, {n}), g_t,
+                    Tensor(m_f.data(), DType::f32, Device::cpu, {n}), Tensor(v_f.data(), DType::f32, Device::cpu, {n}),
+                    with_master ? Tensor(master_f.data(), DType::f32, Device::cpu, {n}) : Tensor(), decay.t,
+                    scalars_f.t, constants_of(h));
+    ops::adamw_step(ctx, Tensor(params_b.data(), DType::bf16, Device::cpu, {n}), g_t,
+                    Tensor(m_b.data(), DType::bf16, Device::cpu, {n}), Tensor(v_b.data(), DType::bf16, Device::cpu, {n}),
+                    with_master ? Tensor(master_b.data(), DType::f32, Device::cpu, {n}) : Tensor(), decay.t,
+                    scalars_b.t, constants_of(h));
+    ASSERT_GT(scalars_f.grad_norm(), h.max_norm) << "the clip must be active";
+    EXPECT_EQ(scalars_b.grad_norm(), scalars_f.grad_norm()) << what;
+    int64_t moved = 0, bad_params = 0, bad_master = 0, bad_m = 0, bad_v = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      moved += params_f[i] != f32_to_bf16(static_cast<float>(p_bf[i]));
+      bad_params += params_b[i] != params_f[i];
+      bad_master += with_master && master_b[i] != master_f[i];
+      bad_m += m_b[i] != f32_to_bf16(m_f[i]);
+      bad_v += v_b[i] != f32_to_bf16(v_f[i]);
+    }
+    EXPECT_GT(moved, n / 2) << what << ": the step must change most bf16 weights";
+    EXPECT_EQ(bad_params, 0) << what << ": params differ from the f32-state step";
+    EXPECT_EQ(bad_master, 0) << what << ": master differs from the f32-state step";
+    EXPECT_EQ(bad_m, 0) << what << ": m is not the f32-state m rounded to bf16";
+    EXPECT_EQ(bad_v, 0) << what << ": v is not the f32-state v rounded to bf16";
+  }
+  // m and v must share a dtype.
+  std::vector<float> p(n, 0.f), g(n, 0.f), m(n, 0.f);
+  std::vector<uint16_t> v(n, 0);
+  DecayRuns decay(runs);
+  AdamWScalars scalars(h, 1);
+  expect_error_naming([&] {
+    ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(m.data(), DType::f32, Device::cpu, {n}), Tensor(v.data(), DType::bf16, Device::cpu, {n}),
+                    Tensor(), decay.t, scalars.t, constants_of(h));
+  }, {"m and v", "bf16"}, "m f32, v bf16");
+}
+
 // With a zero gradient the step is pure decoupled weight decay, and only inside decay_runs:
 // p * (1 - lr*wd) exactly inside the runs, p unchanged outside. Runs: none; one ending mid-buffer;
 // two with gaps around them; the whole buffer; an empty run followed by touching runs.

@@ -2,10 +2,14 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "ingot/core/error.h"
 #include "ingot/optim/lr_schedule.h"
+#include "ingot/recipe/recipe.h"
+#include "ingot/train/bench.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/train_config.h"
 #include "test_util.h"
 
@@ -48,6 +52,58 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
   EXPECT_NE(message(kMinimal, {"seed"}).find("key=value"), std::string::npos);
   EXPECT_NE(message("a: [1,\n").find("bad.yaml"), std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "zzzzzzzzzz: 1\n").find("docs/config.md"), std::string::npos);
+}
+
+// grad_dtype / optimizer_state_dtype: parsed, checked against the precision, and carried into
+// the recipe; a bad value names the key, the file and the value.
+TEST(TrainConfig, GradAndOptimizerStateDtypes) {
+  const TrainConfig c = parse_train_config(std::string(kMinimal) + "precision: bf16\ngrad_dtype: bf16\n", "x.yaml",
+                                           {"optimizer_state_dtype=bf16", "master_weights=false"});
+  const Recipe r = make_recipe(c.precision, Device::cuda, {c.master_weights, c.grad_dtype, c.optimizer_state_dtype});
+  EXPECT_EQ(r.grad, DType::bf16);
+  EXPECT_EQ(r.optimizer_state, DType::bf16);
+  EXPECT_FALSE(r.master_weights);
+  const Recipe defaults = make_recipe("bf16", Device::cuda);
+  EXPECT_EQ(defaults.grad, DType::f32);
+  EXPECT_EQ(defaults.optimizer_state, DType::f32);
+  EXPECT_TRUE(defaults.master_weights);
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string bad_value = message([] { parse_train_config(std::string(kMinimal) + "grad_dtype: fp8\n", "bad.yaml"); });
+  for (const char* needle : {"bad.yaml", "grad_dtype", "fp8"})
+    EXPECT_NE(bad_value.find(needle), std::string::npos) << bad_value;
+  const std::string on_fp32 = message([] {
+    parse_train_config(std::string(kMinimal) + "precision: fp32\noptimizer_state_dtype: bf16\n", "bad.yaml");
+  });
+  for (const char* needle : {"bad.yaml", "optimizer_state_dtype", "fp32"})
+    EXPECT_NE(on_fp32.find(needle), std::string::npos) << on_fp32;
+  const std::string recipe_fp32 = message([] { make_recipe("fp32", Device::cpu, {true, "bf16", "f32"}); });
+  EXPECT_NE(recipe_fp32.find("grad_dtype"), std::string::npos) << recipe_fp32;
+  const std::string recipe_bad = message([] { make_recipe("bf16", Device::cuda, {true, "f32", "f16"}); });
+  EXPECT_NE(recipe_bad.find("optimizer_state_dtype"), std::string::npos) << recipe_bad;
+}
+
+// The memory plan follows the recipe: bf16 gradients and AdamW moments take half the bytes of
+// f32 ones, and no master weights take none; parameters and activations do not change. Llama-3-8B
+// at 4096 x 1, the shape that needs them.
+TEST(MemoryPlan, Bf16GradsAndStateHalveTheirBytes) {
+  const ModelConfig config = bench_preset("llama-3-8b");
+  const TrainingMemory f32 = estimate_training_memory(config, make_recipe("bf16", Device::cuda), Device::cuda, 1, 4096);
+  const TrainingMemory bf16 = estimate_training_memory(
+      config, make_recipe("bf16", Device::cuda, {false, "bf16", "bf16"}), Device::cuda, 1, 4096);
+  EXPECT_GT(f32.grads, int64_t{8} << 30);
+  EXPECT_EQ(bf16.grads * 2, f32.grads);
+  EXPECT_EQ(bf16.optimizer * 2, f32.optimizer);
+  EXPECT_EQ(f32.master, f32.grads);  // f32 master: 4 bytes a parameter, as f32 gradients
+  EXPECT_EQ(bf16.master, 0);
+  EXPECT_EQ(bf16.params, f32.params);
+  EXPECT_EQ(bf16.activations, f32.activations);
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {

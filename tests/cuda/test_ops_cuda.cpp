@@ -114,6 +114,22 @@ using HostF64 = HostOwned<double, DType::f64>;
 using HostI32 = HostOwned<int32_t, DType::i32>;
 using HostI64 = HostOwned<int64_t, DType::i64>;
 
+// A CPU bf16 tensor that owns its values (each rounded to nearest from the given floats).
+struct HostBf16 {
+  std::vector<uint16_t> v;
+  Tensor t;
+  HostBf16(const Floats& values, const Dims& dims) : v(values.size()) {
+    for (size_t i = 0; i < values.size(); ++i) v[i] = f32_to_bf16(values[i]);
+    t = make_tensor(v.data(), DType::bf16, Device::cpu, dims);
+  }
+  HostBf16(const HostBf16&) = delete;
+  Floats values() const {
+    Floats f(v.size());
+    for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_f32(v[i]);
+    return f;
+  }
+};
+
 ::testing::AssertionResult close(const Floats& cuda_values, const Floats& cpu_values, double tol,
                                  const std::string& what) {
   if (cuda_values.size() != cpu_values.size())
@@ -660,6 +676,21 @@ TEST_F(CudaOps, AdamW) {
         Tensor gs3 = upload_f64(s0, {ops::kAdamWSlots});
         ops::adamw_step(gpu, gp16, gg16, gm3, gv3, Tensor{}, gruns, gs3, h.constants);
         EXPECT_TRUE(close(download(gp16), cp.v, kTolBf16, "adamw bf16 param, no master" + tag));
+      }
+      // bf16 params, grads, m and v, no master (the memory of a bf16 torch model), against the CPU
+      // twin on the same bf16 inputs.
+      {
+        HostBf16 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
+        HostF64 cs(s0, {ops::kAdamWSlots});
+        ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, cruns.t, cs.t, h.constants);
+        Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
+        Tensor gm = upload(m, DType::bf16, {n}), gv = upload(v, DType::bf16, {n});
+        Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, h.constants);
+        EXPECT_TRUE(close(download(gp), cp.values(), kTolBf16, "adamw all-bf16 param" + tag));
+        EXPECT_TRUE(close(download(gm), cm.values(), kTolBf16, "adamw all-bf16 m" + tag));
+        EXPECT_TRUE(close(download(gv), cv.values(), kTolBf16, "adamw all-bf16 v" + tag));
+        check_scalars(gs, cs.v, "adamw all-bf16 scalars" + tag);
       }
     }
   }

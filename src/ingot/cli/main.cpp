@@ -45,7 +45,7 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
   const std::string dir = resolve_model_dir(model_dir);
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
-  const Recipe recipe = make_recipe(precision, device, true);
+  const Recipe recipe = make_recipe(precision, device);
   const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq);
   std::cout << "model:            " << dir << "\n"
             << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
@@ -186,6 +186,9 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)");
   bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
   bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.master_weights = false; }, "update bf16 weights directly");
+  bench->add_option("--grad-dtype", bench_options.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
+  bench->add_option("--optimizer-state-dtype", bench_options.optimizer_state_dtype,
+                    "f32 | bf16: AdamW's m and v (default f32)");
   bench->add_flag("--no-cuda-graph", [&](int64_t) { bench_options.cuda_graph = false; }, "launch every op of every step (no graph replay)");
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");
   bench->add_flag("--json", bench_options.json, "print one JSON line");

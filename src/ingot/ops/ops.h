@@ -129,8 +129,9 @@ struct AdamWConstants {
 //   norm = sqrt(sum(grad^2)) / divisor;  clip = min(1, max_norm / (norm + 1e-6));
 //   g = grad * (clip / divisor);  p *= decay (inside decay_runs);
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;  p -= step_size * m / (sqrt(v) / bc2 + eps)
-// params (P) bf16/f32/f64; grads (P) any float; m, v (P) in compute_dtype(params). When master
-// (P, f32) is present the update runs on master and params receive its rounded copy.
+// params (P) bf16/f32/f64; grads (P) any float; m, v (P) both f32 or both bf16 (f64 with f64
+// params): read as f32, their new values stored rounded after the update has used them. When
+// master (P, f32) is present the update runs on master and params receive its rounded copy.
 // decay_runs (R,2) i64: sorted, disjoint [begin, end) element ranges that take weight decay
 // (checked on the CPU; CUDA reads them on the device and also needs every boundary on a multiple
 // of 8 elements, or inside zero padding, since it updates 8 elements at a time).

@@ -4,10 +4,24 @@
 
 namespace ingot {
 
-Recipe make_recipe(const std::string& precision, Device device, bool master_weights) {
+namespace {
+
+DType parse_storage_dtype(const std::string& key, const std::string& value) {
+  if (value == "f32") return DType::f32;
+  if (value == "bf16") return DType::bf16;
+  fail(key, " must be f32 or bf16, got \"", value, "\"");
+}
+
+}  // namespace
+
+Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options) {
+  const DType grad = parse_storage_dtype("grad_dtype", options.grad_dtype);
+  const DType state = parse_storage_dtype("optimizer_state_dtype", options.optimizer_state_dtype);
   Recipe r;
   r.name = precision;
   if (precision == "fp32" || precision == "fp64") {
+    INGOT_CHECK(grad == DType::f32 && state == DType::f32, "grad_dtype and optimizer_state_dtype bf16 need precision "
+                "bf16; precision ", precision, " keeps gradients and optimizer state in ", precision);
     const DType t = precision == "fp32" ? DType::f32 : DType::f64;
     r.param = r.grad = r.activation = r.optimizer_state = t;
     r.master_weights = false;
@@ -17,9 +31,9 @@ Recipe make_recipe(const std::string& precision, Device device, bool master_weig
     INGOT_CHECK(device == Device::cuda, "precision \"bf16\" needs the CUDA backend; the CPU runs \"fp32\"");
     r.param = DType::bf16;
     r.activation = DType::bf16;
-    r.grad = DType::f32;
-    r.optimizer_state = DType::f32;
-    r.master_weights = master_weights;
+    r.grad = grad;
+    r.optimizer_state = state;
+    r.master_weights = options.master_weights;
     return r;
   }
   fail("unknown precision \"", precision, "\"; supported: fp32, bf16 (fp64 for tests)");

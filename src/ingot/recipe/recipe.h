@@ -16,9 +16,18 @@ struct Recipe {
   bool master_weights = false;     // f32 master copy updated by the optimizer, param = rounded copy
 };
 
+// What a bf16 run may change from the defaults (config keys master_weights, grad_dtype and
+// optimizer_state_dtype). Turning all three down gives the memory of a model held in bf16 with
+// torch.optim.AdamW: bf16 weights, gradients and moments, every update rounded to bf16.
+struct RecipeOptions {
+  bool master_weights = true;                 // f32 master copy of the weights for the optimizer
+  std::string grad_dtype = "f32";             // f32 | bf16: parameter gradients
+  std::string optimizer_state_dtype = "f32";  // f32 | bf16: AdamW's m and v (updated in f32, stored rounded)
+};
+
 // "fp32" / "fp64" (CPU reference; fp64 is for tests) and "bf16" (CUDA: bf16 weights and
-// activations, f32 gradients, f32 master weights and AdamW state). master_weights=false turns the
-// f32 master copy off (weights then updated in bf16 directly).
-Recipe make_recipe(const std::string& precision, Device device, bool master_weights = true);
+// activations; gradients, master weights and AdamW state as the options say). The fp32/fp64
+// recipes keep everything in their own dtype and accept only the default options' dtypes.
+Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options = {});
 
 }  // namespace ingot

@@ -64,12 +64,14 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
-  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.master_weights);
+  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device,
+                                    {o.master_weights, o.grad_dtype, o.optimizer_state_dtype});
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);
   check_memory_fits(estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute), ctx, device.description(),
-                    "try a smaller --micro-batch or --seq, --recompute elementwise or block, or --no-master-weights");
+                    "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
+                    "or --grad-dtype / --optimizer-state-dtype bf16");
   Transformer model(config, recipe, ctx, B, T, 0, recompute);
   model.init_random(1);
   AdamWConfig adam;

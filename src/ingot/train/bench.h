@@ -15,6 +15,7 @@ struct BenchOptions {
   int64_t seq = 4096, micro_batch = 4, steps = 20, warmup = 3;
   std::string device = "auto";
   bool master_weights = true;
+  std::string grad_dtype = "f32", optimizer_state_dtype = "f32";  // bf16 recipe: f32 | bf16
   bool cuda_graph = true;       // replay the captured step, as `ingot train` does
   std::string recompute = "none";
   bool json = false;            // one JSON line instead of a table

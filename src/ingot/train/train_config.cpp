@@ -50,6 +50,8 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"device", "auto", "auto, cpu or cuda"},
       {"precision", "auto", "auto (cpu: fp32, cuda: bf16), fp32 or bf16"},
       {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},
+      {"grad_dtype", "f32", "bf16: f32 or bf16 parameter gradients (bf16 accumulates across micro-batches in bf16)"},
+      {"optimizer_state_dtype", "f32", "bf16: f32 or bf16 AdamW moments (updated in f32, stored rounded to nearest)"},
       {"cuda_graph", "true", "CUDA: capture the whole training step as one CUDA graph and replay it"},
       {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},
       {"num_threads", "0", "CPU threads; 0: all cores"},
@@ -198,6 +200,8 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   str("device", &TrainConfig::device);
   str("precision", &TrainConfig::precision);
   boolean("master_weights", &TrainConfig::master_weights);
+  str("grad_dtype", &TrainConfig::grad_dtype);
+  str("optimizer_state_dtype", &TrainConfig::optimizer_state_dtype);
   boolean("cuda_graph", &TrainConfig::cuda_graph);
   str("recompute", &TrainConfig::recompute);
   integer("num_threads", &TrainConfig::num_threads, 0);
@@ -234,6 +238,11 @@ void validate(const TrainConfig& c) {
     fail(src, ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
     fail(src, ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
+  for (const auto& [key, value] : {std::pair{"grad_dtype", &c.grad_dtype}, std::pair{"optimizer_state_dtype", &c.optimizer_state_dtype}}) {
+    if (*value != "f32" && *value != "bf16") fail(src, ": key \"", key, "\" must be f32 or bf16, got \"", *value, "\"");
+    if (*value == "bf16" && c.precision == "fp32")
+      fail(src, ": key \"", key, "\" is bf16, which needs precision bf16 (or auto on CUDA), not fp32");
+  }
   if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
 }
 

@@ -47,6 +47,8 @@ struct TrainConfig {
   std::string device = "auto";       // auto | cpu | cuda
   std::string precision = "auto";    // auto (cpu: fp32, cuda: bf16) | fp32 | bf16
   bool master_weights = true;        // bf16: keep f32 master weights
+  std::string grad_dtype = "f32";             // bf16: f32 | bf16 parameter gradients
+  std::string optimizer_state_dtype = "f32";  // bf16: f32 | bf16 AdamW m and v
   bool cuda_graph = true;            // CUDA: capture the whole step once and replay it
   std::string recompute = "none";    // none | elementwise | block (model/transformer.h: Recompute)
   int64_t num_threads = 0;           // CPU threads; 0: all cores

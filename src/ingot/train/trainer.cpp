@@ -109,7 +109,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
   const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
-  const Recipe recipe = make_recipe(precision, ctx.device, c.master_weights);
+  const Recipe recipe = make_recipe(precision, ctx.device, {c.master_weights, c.grad_dtype, c.optimizer_state_dtype});
 
   // Data first: a bad dataset should fail before any large allocation.
   data::DataLoaderConfig data_config;
@@ -135,7 +135,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   check_memory_fits(memory, ctx, device.description(),
-                    "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, or master_weights: false");
+                    "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, master_weights: false, "
+                    "grad_dtype: bf16 or optimizer_state_dtype: bf16");
 
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());

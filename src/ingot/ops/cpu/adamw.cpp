@@ -5,8 +5,10 @@
 //       v = b2 v + (1-b2) g^2; p -= (lr / (1-b1^t)) * m / (sqrt(v) / sqrt(1-b2^t) + eps)
 //     The scalars arrive in f64 (the host formed them in double, as torch does with Python-float
 //     hyperparameters) and are rounded once to the compute dtype.
-//   - With a master copy (f32) the update runs on master in f32 and params (f32/bf16/f16) receive
-//     its rounded copy; grads may then be f32, bf16 or f16.
+//   - f64 params (the fp64 test recipe) update in f64 with every tensor f64. Otherwise the
+//     arithmetic is f32: on the f32 master copy when there is one (params, f32/bf16/f16, receive
+//     its rounded copy), else on params read as f32 and stored rounded; grads f32, bf16 or f16; m
+//     and v both f32 or both bf16, stored rounded after the update has used them.
 //   - The sum of squares adds fixed-size chunks in double in chunk order, so the result is
 //     bit-identical for any thread count.
 #include <algorithm>
@@ -144,18 +146,46 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
   const double grad_scale = clip / divisor;
   if (n == 0) return;
 
+  if (params.dtype == DType::f64) {  // the fp64 test recipe: every tensor f64, no master
+    INGOT_CHECK(!master.present(), op, ": an f64 run has no master copy");
+    detail::check_tensor(op, "params", params, DType::f64);
+    detail::check_tensor(op, "grads", grads, DType::f64);
+    detail::check_tensor(op, "m", m, DType::f64);
+    detail::check_tensor(op, "v", v, DType::f64);
+    double* p = params.ptr<double>();
+    const double* g = grads.ptr<double>();
+    double* mm = m.ptr<double>();
+    double* vv = v.ptr<double>();
+    const double step = s[ops::kAdamWStepSize], bc2 = s[ops::kAdamWBiasCorrection2];
+    for (const DecayRange& r : ranges) {
+      const double decay = r.decays ? s[ops::kAdamWDecay] : 1.0;
+#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
+      for (int64_t i = r.begin; i < r.end; ++i)
+        p[i] = adamw_element<double>(p[i], g[i], mm[i], vv[i], grad_scale, decay, constants.beta1, constants.beta2,
+                                     step, bc2, constants.eps);
+    }
+    return;
+  }
+
+  // f32 arithmetic on any storage: the update runs on master when present (params then receive its
+  // rounded copy), otherwise on params read as f32; m and v are read as f32 and their new values
+  // stored rounded after the update has used them.
+  INGOT_CHECK(m.present() && v.present() && m.device == Device::cpu && v.device == Device::cpu, op,
+              ": m and v must be host tensors");
+  INGOT_CHECK((m.dtype == DType::f32 || m.dtype == DType::bf16) && v.dtype == m.dtype, op,
+              ": m and v must both be f32 or both bf16, got ", dtype_name(m.dtype), " and ", dtype_name(v.dtype));
+  float* w = nullptr;
   if (master.present()) {
     detail::check_tensor(op, "master", master, DType::f32);
-    detail::check_tensor(op, "m", m, DType::f32);
-    detail::check_tensor(op, "v", v, DType::f32);
     detail::check_numel(op, "master", master, n);
-    dispatch_storage(op, "params", params.dtype, [&](auto param_elem) {
-      dispatch_storage(op, "grads", grads.dtype, [&](auto grad_elem) {
+    w = master.ptr<float>();
+  }
+  dispatch_storage(op, "params", params.dtype, [&](auto param_elem) {
+    dispatch_storage(op, "grads", grads.dtype, [&](auto grad_elem) {
+      dispatch_storage(op, "m", m.dtype, [&](auto state_elem) {
         using P = decltype(param_elem);
         using G = decltype(grad_elem);
-        float* w = master.ptr<float>();
-        float* mm = m.ptr<float>();
-        float* vv = v.ptr<float>();
+        using S = decltype(state_elem);
         const float gs = float(grad_scale), b1 = float(constants.beta1), b2 = float(constants.beta2),
                     step = float(s[ops::kAdamWStepSize]), bc2 = float(s[ops::kAdamWBiasCorrection2]),
                     eps = float(constants.eps);
@@ -163,34 +193,18 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
           const float decay = r.decays ? float(s[ops::kAdamWDecay]) : 1.f;
 #pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
           for (int64_t i = r.begin; i < r.end; ++i) {
-            w[i] = adamw_element<float>(w[i], float(G::load(grads.data, i)), mm[i], vv[i], gs, decay,
-                                        b1, b2, step, bc2, eps);
-            P::store(params.data, i, w[i]);
+            float mi = float(S::load(m.data, i)), vi = float(S::load(v.data, i));
+            const float p = adamw_element<float>(w ? w[i] : float(P::load(params.data, i)),
+                                                 float(G::load(grads.data, i)), mi, vi, gs, decay, b1, b2, step,
+                                                 bc2, eps);
+            S::store(m.data, i, mi);
+            S::store(v.data, i, vi);
+            if (w) w[i] = p;
+            P::store(params.data, i, p);
           }
         }
       });
     });
-    return;
-  }
-
-  detail::dispatch_float(op, params.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    detail::check_tensor(op, "params", params, params.dtype);
-    detail::check_tensor(op, "grads", grads, params.dtype);
-    detail::check_tensor(op, "m", m, ops::compute_dtype(params.dtype));
-    detail::check_tensor(op, "v", v, ops::compute_dtype(params.dtype));
-    T* p = params.ptr<T>();
-    const T* g = grads.ptr<T>();
-    T* mm = m.ptr<T>();
-    T* vv = v.ptr<T>();
-    const T gs = T(grad_scale), b1 = T(constants.beta1), b2 = T(constants.beta2),
-            step = T(s[ops::kAdamWStepSize]), bc2 = T(s[ops::kAdamWBiasCorrection2]), eps = T(constants.eps);
-    for (const DecayRange& r : ranges) {
-      const T decay = r.decays ? T(s[ops::kAdamWDecay]) : T(1);
-#pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
-      for (int64_t i = r.begin; i < r.end; ++i)
-        p[i] = adamw_element<T>(p[i], g[i], mm[i], vv[i], gs, decay, b1, b2, step, bc2, eps);
-    }
   });
 }
 

@@ -5,8 +5,10 @@
 //   v = b2 v + (1-b2) g^2; p -= step_size * m / (sqrt(v) / bc2 + eps)
 // The per-step scalars are read from device memory (f64, written by the host before the step), so a
 // captured graph replays with new values; clip and divisor are combined in f64 as on the CPU.
-// Dtypes: params bf16 or f32; grads bf16 or f32; m, v f32; master (f32) optional: when present the
-// update runs on master and params receive its rounded copy, otherwise on params read as f32.
+// Dtypes: params bf16 or f32; grads bf16 or f32; m, v both f32 or both bf16 (read as f32, the new
+// values stored rounded to nearest after the update has used them); master (f32) optional: when
+// present the update runs on master and params receive its rounded copy, otherwise on params read
+// as f32.
 #include <cmath>
 
 #include "ingot/ops/cuda/common.cuh"
@@ -39,8 +41,8 @@ __device__ bool decay_range(const int64_t* runs, int n_runs, int64_t n, int64_t 
   return false;
 }
 
-template <int VEC, typename TP, typename TG>
-__global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const TG* grad, float* m, float* v,
+template <int VEC, typename TP, typename TG, typename TS>
+__global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const TG* grad, TS* m, TS* v,
                                                               float* master, int64_t n, const int64_t* runs,
                                                               int n_runs, double* scalars, float beta1,
                                                               float beta2, float eps) {
@@ -99,8 +101,8 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
   check_tensor(scalars, op, "scalars");
   check_float(params, op, "params");
   check_float(grads, op, "grads");
-  check_dtype(m, DType::f32, op, "m");
-  check_dtype(v, DType::f32, op, "v");
+  check_float(m, op, "m");
+  check_dtype(v, m.dtype, op, "v");
   check_dtype(decay_runs, DType::i64, op, "decay_runs");
   check_dtype(scalars, DType::f64, op, "scalars");
   check_numel(scalars, ops::kAdamWSlots, op, "scalars");
@@ -126,15 +128,18 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
     using TP = decltype(p_tag);
     dispatch_float(grads.dtype, op, [&](auto g_tag) {
       using TG = decltype(g_tag);
-      if (vec)
-        adamw_step_kernel<8, TP, TG><<<grid_for(n / 8, kThreads, state), kThreads, 0, state.stream>>>(
-            params.ptr<TP>(), grads.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n,
-            decay_runs.ptr<int64_t>(), n_runs, s, b1, b2, eps);
-      else
-        adamw_step_kernel<1, TP, TG><<<grid_for(n, kThreads, state), kThreads, 0, state.stream>>>(
-            params.ptr<TP>(), grads.ptr<TG>(), m.ptr<float>(), v.ptr<float>(), w, n,
-            decay_runs.ptr<int64_t>(), n_runs, s, b1, b2, eps);
-      INGOT_LAUNCH_CHECK("adamw_step_kernel");
+      dispatch_float(m.dtype, op, [&](auto s_tag) {
+        using TS = decltype(s_tag);
+        if (vec)
+          adamw_step_kernel<8, TP, TG, TS><<<grid_for(n / 8, kThreads, state), kThreads, 0, state.stream>>>(
+              params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
+              n_runs, s, b1, b2, eps);
+        else
+          adamw_step_kernel<1, TP, TG, TS><<<grid_for(n, kThreads, state), kThreads, 0, state.stream>>>(
+              params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
+              n_runs, s, b1, b2, eps);
+        INGOT_LAUNCH_CHECK("adamw_step_kernel");
+      });
     });
   });
 }
