@@ -4,6 +4,7 @@
 #
 #   bash bench/run.sh BUILD_DIR [--quick] [--skip-compile] [--budget SECONDS]
 #        [--models a,b,c] [--big NAME|none] [--seq N] [--micro-batch N] [--device cuda|cpu]
+#        [--ingot-args "FLAGS"]   (extra `ingot bench` flags for every Ingot row, e.g. a recipe)
 #
 # Writes to ${OUT:-/tmp/bench-out}: bench.log (every run's output), bench-results.jsonl (one row per
 # measurement, failures included) and bench-table.md (the table printed at the end).
@@ -11,11 +12,11 @@
 # 300 s with --quick); whatever does not fit is reported as skipped.
 set -uo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 BUILD=$1; shift
-QUICK=0; SKIP_COMPILE=0; BUDGET=""; MODELS=""; BIG_ARG=""; SEQ=4096; MB=4; DEVICE=cuda
+QUICK=0; SKIP_COMPILE=0; BUDGET=""; MODELS=""; BIG_ARG=""; SEQ=4096; MB=4; DEVICE=cuda; INGOT_ARGS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -26,6 +27,7 @@ while [ $# -gt 0 ]; do
     --seq) SEQ=$2; shift ;;
     --micro-batch) MB=$2; shift ;;
     --device) DEVICE=$2; shift ;;
+    --ingot-args) INGOT_ARGS=$2; shift ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -52,6 +54,7 @@ fi
 [ -n "$BIG_ARG" ] && BIG=$BIG_ARG
 [ "$BIG" = none ] && BIG=""
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
+INGOT_EXTRA=$INGOT_ARGS  # a job's own INGOT_EXTRA=... prefix replaces it for that job
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
 echo "== Ingot speed benchmark $(date -u '+%Y-%m-%d %H:%M UTC'); budget ${BUDGET}s; logs in $OUTDIR"
