@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ingot/ops/cuda/device.h"
+#include "demo_runs.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -28,38 +29,6 @@ namespace {
 constexpr int kSteps = 300;
 constexpr int kTail = 100;
 constexpr double kMaxMeanAbsDiff = 0.02;
-
-// The "loss" of every line of metrics.jsonl (one line a step with logging_steps: 1).
-std::vector<double> losses(const std::string& metrics_path) {
-  std::ifstream f(metrics_path);
-  std::vector<double> out;
-  std::string line;
-  while (std::getline(f, line)) {
-    const size_t at = line.find("\"loss\":");
-    if (at != std::string::npos) out.push_back(std::stod(line.substr(at + 7)));
-  }
-  return out;
-}
-
-// Quoted for the shell: paths may hold spaces.
-std::string shell_quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-// Where the fortunes shards come from: the Debian package's text (`make deps` installs it),
-// prepared by the test, or the shards a device run carries in runs/demo-data. Empty when neither
-// exists.
-struct DemoText {
-  std::string corpus, carried_shards;
-};
-DemoText find_demo_text() {
-  DemoText t;
-  if (fs::exists("/usr/share/games/fortunes")) t.corpus = "/usr/share/games/fortunes";
-  else if (fs::exists(test::source_dir() + "/runs/demo-data/meta.json")) t.carried_shards = test::source_dir() + "/runs/demo-data";
-  return t;
-}
 
 // The three runs, trained once per process and shared by the two tests below.
 class CudaDemoCurve : public ::testing::Test {
@@ -77,34 +46,19 @@ class CudaDemoCurve : public ::testing::Test {
       runs_->skip_reason = "no CUDA device";
       return;
     }
-    const DemoText text = find_demo_text();
-    if (text.corpus.empty() && text.carried_shards.empty()) {
-      runs_->skip_reason = "no fortunes text: install the `fortunes` package (make deps)";
-      return;
-    }
     runs_->root = test::temp_dir("CudaDemoCurve");
-    std::string data = text.carried_shards;
-    if (!text.corpus.empty()) {
-      data = runs_->root + "/data";
-      std::string output;
-      const int rc = test::run_command(shell_quoted(test::binary_path()) + " prepare " + shell_quoted(text.corpus) +
-                                           " --doc-separator % -o " + shell_quoted(data), &output);
-      if (rc != 0) {
-        std::printf("ingot prepare failed (exit %d):\n%s\n", rc, output.c_str());
-        return;  // ok stays false: both tests fail
-      }
+    std::string error;
+    const std::string data = test::demo_shards(runs_->root, &runs_->skip_reason, &error);
+    if (data.empty()) {
+      if (!error.empty()) std::printf("%s\n", error.c_str());
+      return;  // skipped without text; a failed prepare leaves ok false: both tests fail
     }
     auto train = [&](const std::string& name, const std::string& device, const std::string& precision) {
       const std::string dir = runs_->root + "/" + name;
       std::string output;
-      const std::string command = shell_quoted(test::binary_path()) + " train " +
-                                  shell_quoted(test::source_dir() + "/examples/demo.yaml") + " --set train_data=" +
-                                  shell_quoted(data) + " --set output_dir=" + shell_quoted(dir) + " --set device=" + device +
-                                  " --set precision=" + precision + " --set max_steps=" + std::to_string(kSteps) +
-                                  " --set logging_steps=1 --set eval_steps=0 --set save_steps=" +
-                                  std::to_string(kSteps);
-      const int rc = test::run_command(command, &output);
-      if (rc != 0) std::printf("%s\nexit %d:\n%s\n", command.c_str(), rc, output.c_str());
+      const int rc = test::train_demo(data, dir, " --set device=" + device + " --set precision=" + precision +
+                                                     " --set max_steps=" + std::to_string(kSteps) +
+                                                     " --set save_steps=" + std::to_string(kSteps), &output);
       return rc == 0 ? dir : std::string();
     };
     runs_->cpu = train("cpu-fp32", "cpu", "fp32");
@@ -132,9 +86,9 @@ class CudaDemoCurve : public ::testing::Test {
 // Determinism, an engine invariant: the same bf16 run twice gives the same losses, weights and
 // optimizer state, bit for bit.
 TEST_F(CudaDemoCurve, Bf16RunRepeatsBitwise) {
-  const std::vector<double> curve = losses(runs_->bf16 + "/metrics.jsonl");
+  const std::vector<double> curve = test::losses(runs_->bf16 + "/metrics.jsonl");
   ASSERT_EQ(size_t(kSteps), curve.size());
-  EXPECT_EQ(losses(runs_->bf16_again + "/metrics.jsonl"), curve);
+  EXPECT_EQ(test::losses(runs_->bf16_again + "/metrics.jsonl"), curve);
   const std::string checkpoint = "/checkpoint-" + std::to_string(kSteps);
   for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
     const std::string a = test::read_file(runs_->bf16 + checkpoint + file);
@@ -146,8 +100,8 @@ TEST_F(CudaDemoCurve, Bf16RunRepeatsBitwise) {
 // The bound on the loss curve. At the demo's seed this measures 0.0249 on an H200 and
 // fails (docs/perf.md: where the bf16 curve departs, and the spread over seeds).
 TEST_F(CudaDemoCurve, Bf16FollowsCpuReference) {
-  const std::vector<double> reference = losses(runs_->cpu + "/metrics.jsonl");
-  const std::vector<double> curve = losses(runs_->bf16 + "/metrics.jsonl");
+  const std::vector<double> reference = test::losses(runs_->cpu + "/metrics.jsonl");
+  const std::vector<double> curve = test::losses(runs_->bf16 + "/metrics.jsonl");
   ASSERT_EQ(size_t(kSteps), reference.size());
   ASSERT_EQ(size_t(kSteps), curve.size());
   double sum_abs = 0, sum_signed = 0;

@@ -1,0 +1,73 @@
+// Resume on CUDA, end to end through the CLI on the demo model and real text: a run stopped at a
+// checkpoint and resumed must repeat the uninterrupted run bit for bit (losses, weights, optimizer
+// state), with the default bf16 recipe (f32 master weights saved, bf16 compute copy rebuilt from
+// them) and with the peers' recipe (bf16 weights, gradients and AdamW moments saved as they are).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+
+#include "demo_runs.h"
+#include "ingot/ops/cuda/device.h"
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace ingot;
+
+namespace {
+
+struct ResumeCase {
+  const char* name;
+  const char* options;      // --set arguments of the recipe
+  const char* saved_dtype;  // safetensors dtype of the saved weights and moments
+};
+
+void PrintTo(const ResumeCase& c, std::ostream* os) { *os << c.name; }
+
+class CudaResume : public ::testing::TestWithParam<ResumeCase> {};
+
+constexpr int kSteps = 24, kMid = 12;
+
+TEST_P(CudaResume, RepeatsTheUninterruptedRunBitForBit) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  const ResumeCase& c = GetParam();
+  const std::string root = test::temp_dir(std::string("CudaResume_") + c.name);
+  std::string skip, error, out;
+  const std::string data = test::demo_shards(root, &skip, &error);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(data.empty()) << error;
+  const std::string recipe = std::string(" --set device=cuda --set precision=bf16 --set max_steps=") +
+                             std::to_string(kSteps) + " " + c.options;
+  ASSERT_EQ(0, test::train_demo(data, root + "/straight", recipe, &out));
+  // Saves at kMid and kSteps; the second leg starts from checkpoint-kMid.
+  const std::string mid = root + "/mid", save = " --set save_steps=" + std::to_string(kMid);
+  ASSERT_EQ(0, test::train_demo(data, mid, recipe + save, &out));
+  fs::remove_all(mid + "/checkpoint-" + std::to_string(kSteps));
+  ASSERT_EQ(0, test::train_demo(data, mid, recipe + save + " --resume", &out));
+  EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+
+  const std::vector<double> straight = test::losses(root + "/straight/metrics.jsonl");
+  ASSERT_EQ(straight.size(), size_t(kSteps));
+  EXPECT_EQ(test::losses(mid + "/metrics.jsonl"), straight);
+  const std::string last = "/checkpoint-" + std::to_string(kSteps);
+  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
+    const std::string a = test::read_file(root + "/straight" + last + file);
+    ASSERT_FALSE(a.empty()) << root + "/straight" + last + file;
+    // The header names each tensor's dtype: the recipe took effect.
+    EXPECT_NE(a.substr(0, 4096).find(std::string("\"dtype\":\"") + c.saved_dtype + "\""), std::string::npos)
+        << file << " should hold " << c.saved_dtype << " tensors";
+    EXPECT_TRUE(a == test::read_file(mid + last + file)) << "resumed run differs in " << file;
+  }
+  std::error_code ignored;
+  if (!HasFailure()) fs::remove_all(root, ignored);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, CudaResume,
+    ::testing::Values(ResumeCase{"default", "", "F32"},
+                      ResumeCase{"peers", "--set master_weights=false --set grad_dtype=bf16 --set optimizer_state_dtype=bf16",
+                                 "BF16"}),
+    [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
