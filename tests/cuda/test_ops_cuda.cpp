@@ -31,6 +31,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -123,12 +124,13 @@ struct HostBf16 {
     t = make_tensor(v.data(), DType::bf16, Device::cpu, dims);
   }
   HostBf16(const HostBf16&) = delete;
-  Floats values() const {
-    Floats f(v.size());
-    for (size_t i = 0; i < v.size(); ++i) f[i] = bf16_to_f32(v[i]);
-    return f;
-  }
 };
+Floats values_of(const HostF32& h) { return h.v; }
+Floats values_of(const HostBf16& h) {
+  Floats f(h.v.size());
+  for (size_t i = 0; i < h.v.size(); ++i) f[i] = bf16_to_f32(h.v[i]);
+  return f;
+}
 
 ::testing::AssertionResult close(const Floats& cuda_values, const Floats& cpu_values, double tol,
                                  const std::string& what) {
@@ -657,41 +659,30 @@ TEST_F(CudaOps, AdamW) {
           check_scalars(gs, cs.v, "adamw scalars" + what);
         }
       }
-      // All-f32 tensors, no master.
-      {
-        HostF32 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
+      // No master: the CUDA op against the CPU twin on the same stored values, params and grads
+      // as Params holds them, m and v as State does.
+      auto without_master = [&](auto params_tag, auto state_tag, double tol, const std::string& what) {
+        using Params = typename decltype(params_tag)::type;
+        using State = typename decltype(state_tag)::type;
+        const DType pd = std::is_same_v<Params, HostF32> ? DType::f32 : DType::bf16;
+        const DType sd = std::is_same_v<State, HostF32> ? DType::f32 : DType::bf16;
+        Params cp(p, {n}), cg(g, {n});
+        State cm(m, {n}), cv(v, {n});
         HostF64 cs(s0, {ops::kAdamWSlots});
         ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, cruns.t, cs.t, h.constants);
-        Tensor gp = upload(p, DType::f32, {n}), gg = upload(g, DType::f32, {n});
-        Tensor gm = upload(m, DType::f32, {n}), gv = upload(v, DType::f32, {n});
+        Tensor gp = upload(p, pd, {n}), gg = upload(g, pd, {n}), gm = upload(m, sd, {n}), gv = upload(v, sd, {n});
         Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
         ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, h.constants);
-        EXPECT_TRUE(close(download(gp), cp.v, kTolF32, "adamw all-f32 param" + tag));
-        EXPECT_TRUE(close(download(gm), cm.v, kTolF32, "adamw all-f32 m" + tag));
-        EXPECT_TRUE(close(download(gv), cv.v, kTolF32, "adamw all-f32 v" + tag));
-        check_scalars(gs, cs.v, "adamw all-f32 scalars" + tag);
-        // bf16 params without master: updated from their bf16 value, rounded once
-        Tensor gp16 = upload(p, DType::bf16, {n}), gg16 = upload(g, DType::bf16, {n});
-        Tensor gm3 = upload(m, DType::f32, {n}), gv3 = upload(v, DType::f32, {n});
-        Tensor gs3 = upload_f64(s0, {ops::kAdamWSlots});
-        ops::adamw_step(gpu, gp16, gg16, gm3, gv3, Tensor{}, gruns, gs3, h.constants);
-        EXPECT_TRUE(close(download(gp16), cp.v, kTolBf16, "adamw bf16 param, no master" + tag));
-      }
-      // bf16 params, grads, m and v, no master (the memory of a bf16 torch model), against the CPU
-      // twin on the same bf16 inputs.
-      {
-        HostBf16 cp(p, {n}), cg(g, {n}), cm(m, {n}), cv(v, {n});
-        HostF64 cs(s0, {ops::kAdamWSlots});
-        ops::adamw_step(cpu, cp.t, cg.t, cm.t, cv.t, Tensor{}, cruns.t, cs.t, h.constants);
-        Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
-        Tensor gm = upload(m, DType::bf16, {n}), gv = upload(v, DType::bf16, {n});
-        Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
-        ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, h.constants);
-        EXPECT_TRUE(close(download(gp), cp.values(), kTolBf16, "adamw all-bf16 param" + tag));
-        EXPECT_TRUE(close(download(gm), cm.values(), kTolBf16, "adamw all-bf16 m" + tag));
-        EXPECT_TRUE(close(download(gv), cv.values(), kTolBf16, "adamw all-bf16 v" + tag));
-        check_scalars(gs, cs.v, "adamw all-bf16 scalars" + tag);
-      }
+        EXPECT_TRUE(close(download(gp), values_of(cp), tol, what + " param" + tag));
+        EXPECT_TRUE(close(download(gm), values_of(cm), tol, what + " m" + tag));
+        EXPECT_TRUE(close(download(gv), values_of(cv), tol, what + " v" + tag));
+        check_scalars(gs, cs.v, what + " scalars" + tag);
+      };
+      without_master(std::type_identity<HostF32>{}, std::type_identity<HostF32>{}, kTolF32, "adamw all-f32");
+      // bf16 params updated directly (from their bf16 value, rounded once), f32 moments.
+      without_master(std::type_identity<HostBf16>{}, std::type_identity<HostF32>{}, kTolBf16, "adamw bf16 params");
+      // Everything bf16: the memory of a bf16 torch model.
+      without_master(std::type_identity<HostBf16>{}, std::type_identity<HostBf16>{}, kTolBf16, "adamw all-bf16");
     }
   }
 }
