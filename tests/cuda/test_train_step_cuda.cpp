@@ -109,22 +109,26 @@ TEST(CudaTrainStep, GraphReplayAndRecomputeMatchEagerBitwise) {
 // The recipe with the memory of a bf16 torch model (no master weights, bf16 gradients and AdamW
 // moments) trains like the default recipe on the same data: every step's loss within 2% and its
 // gradient norm within 5% over six steps (clipping active), the loss falling; and its graph replay
-// repeats the eager run bit for bit.
+// repeats the eager run bit for bit. Llama, Qwen3 (qk-norm weight gradients) and Qwen2 (bias
+// gradients).
 TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   const RecipeOptions pure_bf16{false, "bf16", "bf16"};
-  const RunResult reference = run(true, Recompute::none);
-  const RunResult eager = run(false, Recompute::none, "llama", pure_bf16);
-  const RunResult graph = run(true, Recompute::none, "llama", pure_bf16);
-  expect_identical(eager, graph, "bf16 grads and state: graph replay vs eager");
-  ASSERT_EQ(graph.steps.size(), reference.steps.size());
-  EXPECT_TRUE(graph.master.empty());
-  EXPECT_EQ(graph.weights.size(), reference.weights.size());
-  for (size_t i = 0; i < graph.steps.size(); ++i) {
-    const StepResult &got = graph.steps[i], &want = reference.steps[i];
-    EXPECT_NEAR(got.loss_sum, want.loss_sum, 0.02 * want.loss_sum) << "loss at step " << i + 1;
-    EXPECT_NEAR(got.grad_norm, want.grad_norm, 0.05 * want.grad_norm) << "grad norm at step " << i + 1;
+  for (const std::string model_type : {"llama", "qwen3", "qwen2"}) {
+    SCOPED_TRACE(model_type);
+    const RunResult reference = run(true, Recompute::none, model_type);
+    const RunResult eager = run(false, Recompute::none, model_type, pure_bf16);
+    const RunResult graph = run(true, Recompute::none, model_type, pure_bf16);
+    expect_identical(eager, graph, "bf16 grads and state: graph replay vs eager");
+    ASSERT_EQ(graph.steps.size(), reference.steps.size());
+    EXPECT_TRUE(graph.master.empty());
+    EXPECT_EQ(graph.weights.size(), reference.weights.size());
+    for (size_t i = 0; i < graph.steps.size(); ++i) {
+      const StepResult &got = graph.steps[i], &want = reference.steps[i];
+      EXPECT_NEAR(got.loss_sum, want.loss_sum, 0.02 * want.loss_sum) << "loss at step " << i + 1;
+      EXPECT_NEAR(got.grad_norm, want.grad_norm, 0.05 * want.grad_norm) << "grad norm at step " << i + 1;
+    }
+    EXPECT_LT(graph.steps.back().loss_sum, graph.steps.front().loss_sum);
+    EXPECT_FALSE(graph.weights == reference.weights) << "the recipes must differ somewhere";
   }
-  EXPECT_LT(graph.steps.back().loss_sum, graph.steps.front().loss_sum);
-  EXPECT_FALSE(graph.weights == reference.weights) << "the recipes must differ somewhere";
 }
