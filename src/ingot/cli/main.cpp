@@ -41,12 +41,18 @@ int command_train(const std::string& config_path, const std::vector<std::string>
   return 0;
 }
 
-int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision) {
+int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision,
+                 const RecipeOptions& recipe_options, const std::string& recompute) {
   const std::string dir = resolve_model_dir(model_dir);
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
-  const Recipe recipe = make_recipe(precision, device);
-  const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq);
+  const Recipe recipe = make_recipe(precision, device, recipe_options);
+  const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq, 0, parse_recompute(recompute));
+  const std::string recipe_detail =
+      precision != "bf16" ? std::string()
+                          : ", grads " + std::string(dtype_name(recipe.grad)) + ", optimizer state " +
+                                std::string(dtype_name(recipe.optimizer_state)) +
+                                (recipe.master_weights ? ", master weights f32" : ", no master weights");
   std::cout << "model:            " << dir << "\n"
             << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
             << ", MLP " << c.intermediate_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads
@@ -55,7 +61,8 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
             << (c.attention_bias ? "yes" : "no") << ", qk-norm " << (c.qk_norm ? "yes" : "no") << ", rope_theta "
             << c.rope_theta << (c.rope_scaling.enabled ? ", llama3 rope scaling" : "") << "\n"
             << "parameters:       " << count_parameters(c) << " (matmul weights " << count_matmul_parameters(c) << ")\n"
-            << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << precision << ":\n"
+            << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << precision
+            << recipe_detail << ", recompute " << recompute << ":\n"
             << "  params " << format_bytes(m.params) << ", grads " << format_bytes(m.grads) << ", master "
             << format_bytes(m.master) << ", optimizer " << format_bytes(m.optimizer) << ", activations "
             << format_bytes(m.activations) << "\n"
@@ -176,6 +183,12 @@ int main(int argc, char** argv) {
   info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)");
   info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)");
   info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");
+  RecipeOptions info_recipe;
+  std::string info_recompute = "none";
+  info->add_flag("--no-master-weights", [&](int64_t) { info_recipe.master_weights = false; }, "bf16: no f32 master copy");
+  info->add_option("--grad-dtype", info_recipe.grad_dtype, "bf16: f32 | bf16 parameter gradients (default f32)");
+  info->add_option("--optimizer-state-dtype", info_recipe.optimizer_state_dtype, "bf16: f32 | bf16 AdamW m and v (default f32)");
+  info->add_option("--recompute", info_recompute, "none | elementwise | block (default none)");
 
   auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
   BenchOptions bench_options;
@@ -215,7 +228,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*export_cmd) return command_export(export_source, export_out, export_dtype, max_shard, export_overwrite);
-    if (*info) return command_info(info_dir, info_seq, info_batch, info_precision);
+    if (*info) return command_info(info_dir, info_seq, info_batch, info_precision, info_recipe, info_recompute);
     if (*bench) {
       run_bench(bench_options, std::cout);
       return 0;
