@@ -12,7 +12,7 @@
 # 300 s with --quick); whatever does not fit is reported as skipped.
 set -uo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 BUILD=$1; shift

@@ -226,11 +226,11 @@ TEST_F(Training, ExportGenerateAndInfo) {
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
   // The bf16 recipe's options change the plan (a CUDA plan, computed without a GPU).
   ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 16 --precision bf16", &out)) << out;
-  EXPECT_NE(out.find("grads f32, optimizer state f32, master weights f32"), std::string::npos) << out;
+  EXPECT_NE(out.find("bf16 (grads f32, optimizer state f32, master weights f32)"), std::string::npos) << out;
   EXPECT_EQ(out.find("master 0 B"), std::string::npos) << out;
   ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 16 --precision bf16 --no-master-weights "
                                    "--grad-dtype bf16 --optimizer-state-dtype bf16 --recompute elementwise", &out)) << out;
-  EXPECT_NE(out.find("grads bf16, optimizer state bf16, no master weights, recompute elementwise"), std::string::npos)
+  EXPECT_NE(out.find("bf16 (grads bf16, optimizer state bf16, no master weights), recompute elementwise"), std::string::npos)
       << out;
   EXPECT_NE(out.find("master 0 B"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " info " + root + "/hf --grad-dtype bf16", &out));

@@ -48,11 +48,6 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
   const Recipe recipe = make_recipe(precision, device, recipe_options);
   const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq, 0, parse_recompute(recompute));
-  const std::string recipe_detail =
-      precision != "bf16" ? std::string()
-                          : ", grads " + std::string(dtype_name(recipe.grad)) + ", optimizer state " +
-                                std::string(dtype_name(recipe.optimizer_state)) +
-                                (recipe.master_weights ? ", master weights f32" : ", no master weights");
   std::cout << "model:            " << dir << "\n"
             << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
             << ", MLP " << c.intermediate_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads
@@ -61,8 +56,8 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
             << (c.attention_bias ? "yes" : "no") << ", qk-norm " << (c.qk_norm ? "yes" : "no") << ", rope_theta "
             << c.rope_theta << (c.rope_scaling.enabled ? ", llama3 rope scaling" : "") << "\n"
             << "parameters:       " << count_parameters(c) << " (matmul weights " << count_matmul_parameters(c) << ")\n"
-            << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << precision
-            << recipe_detail << ", recompute " << recompute << ":\n"
+            << "training memory at micro-batch " << micro_batch << " x seq " << seq << ", precision " << describe(recipe)
+            << ", recompute " << recompute << ":\n"
             << "  params " << format_bytes(m.params) << ", grads " << format_bytes(m.grads) << ", master "
             << format_bytes(m.master) << ", optimizer " << format_bytes(m.optimizer) << ", activations "
             << format_bytes(m.activations) << "\n"

@@ -30,4 +30,7 @@ struct RecipeOptions {
 // recipes keep everything in their own dtype and accept only the default options' dtypes.
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options = {});
 
+// "fp32", or for bf16 "bf16 (grads f32, optimizer state f32, master weights f32)" and the like: for logs.
+std::string describe(const Recipe& recipe);
+
 }  // namespace ingot

@@ -131,7 +131,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   const Recompute recompute = parse_recompute(c.recompute);
   const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute);
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
-      << "device " << device.description() << ", precision " << recipe.name << "\n"
+      << "device " << device.description() << ", precision " << describe(recipe) << "\n"
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   check_memory_fits(memory, ctx, device.description(),
