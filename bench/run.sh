@@ -204,10 +204,11 @@ job() {
     return
   fi
   local limit=$(( cap < left ? cap : left ))
-  local tag="$kind-$model-$mb${INGOT_EXTRA:-}" out err rc t0=$SECONDS
+  local extra=""; [ "$kind" = ingot ] && extra=${INGOT_EXTRA:-}  # Ingot's flags; peers take none
+  local tag="$kind-$model-$mb$extra" out err rc t0=$SECONDS
   tag=${tag// /}
   out="$WORK/$tag.out"; err="$WORK/$tag.err"
-  echo "[$(printf '%4d' $SECONDS)s] $systems $model ${SEQ}x$mb ${INGOT_EXTRA:+$INGOT_EXTRA }(limit ${limit}s)"
+  echo "[$(printf '%4d' $SECONDS)s] $systems $model ${SEQ}x$mb ${extra:+$extra }(limit ${limit}s)"
   # SM clock and board power every 100 ms while the job runs (GPU $SMI_GPU): a step that draws the power
   # limit runs below the boost clock, which isolated kernel timings do not show.
   local smi="$WORK/$tag.smi" smi_pid=""
@@ -219,7 +220,7 @@ job() {
   if [ "$kind" = ingot ]; then
     if [ -x "$INGOT" ]; then
       timeout -k 10 "$limit" "$INGOT" bench --model "$WORK/cfg/$model" --seq "$SEQ" --micro-batch "$mb" \
-        --steps "$INGOT_STEPS" --device "$DEVICE" --json ${INGOT_EXTRA:-} >"$out" 2>"$err" </dev/null
+        --steps "$INGOT_STEPS" --device "$DEVICE" --json $extra >"$out" 2>"$err" </dev/null
       rc=$?
     else
       echo "$INGOT: not found or not executable" >"$err"; : >"$out"; rc=127
@@ -231,7 +232,7 @@ job() {
     rc=$?
   fi
   [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
-  { echo "===== $systems $model seq $SEQ micro-batch $mb ${INGOT_EXTRA:-}: exit $rc, $((SECONDS - t0)) s"
+  { echo "===== $systems $model seq $SEQ micro-batch $mb $extra: exit $rc, $((SECONDS - t0)) s"
     echo "--- stdout"; cat "$out"; echo "--- stderr"; tail -n 200 "$err"; } >>"$LOG"
   collect "$kind" "$model" "$mb" "$rc" "$((SECONDS - t0))" "$out" "$err" "$smi"
 }

@@ -966,7 +966,7 @@ TEST(CpuOps, AdamWStepBf16StateRoundsTheF32Update) {
     ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
                     Tensor(m.data(), DType::f32, Device::cpu, {n}), Tensor(v.data(), DType::bf16, Device::cpu, {n}),
                     Tensor(), decay.t, scalars.t, constants_of(h));
-  }, {"m and v", "bf16"}, "m f32, v bf16");
+  }, {"m and v", "got f32 and bf16"}, "m f32, v bf16");
 }
 
 // With a zero gradient the step is pure decoupled weight decay, and only inside decay_runs:

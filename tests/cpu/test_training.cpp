@@ -261,6 +261,18 @@ TEST_F(Training, UnknownKeySuggestsClosest) {
   EXPECT_NE(out.find("warmup_steps"), std::string::npos) << out;
 }
 
+// bf16 gradients or moments on the CPU (precision auto resolves to fp32 there): refused before
+// training, naming the config file, the key and its value.
+TEST_F(Training, Bf16OptionsOnTheCpuNameFileKeyAndValue) {
+  std::string out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/x", 2, 0) + "device: cpu\n", "cpubf16", "--set optimizer_state_dtype=bf16",
+                     &out));
+  EXPECT_NE(out.find("cpubf16.yaml"), std::string::npos) << out;
+  EXPECT_NE(out.find("optimizer_state_dtype \"bf16\""), std::string::npos) << out;
+  EXPECT_NE(out.find("precision bf16"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/x/metrics.jsonl"));
+}
+
 TEST_F(Training, TokenIdsBeyondVocab) {
   std::string out, config = tiny_config(data, root + "/x", 2, 0);
   config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 100");

@@ -119,6 +119,7 @@ TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
     const RunResult reference = run(true, Recompute::none, model_type);
     const RunResult eager = run(false, Recompute::none, model_type, pure_bf16);
     const RunResult graph = run(true, Recompute::none, model_type, pure_bf16);
+    EXPECT_TRUE(graph.captured);
     expect_identical(eager, graph, "bf16 grads and state: graph replay vs eager");
     ASSERT_EQ(graph.steps.size(), reference.steps.size());
     EXPECT_TRUE(graph.master.empty());

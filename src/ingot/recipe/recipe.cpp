@@ -20,8 +20,9 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
   Recipe r;
   r.name = precision;
   if (precision == "fp32" || precision == "fp64") {
-    INGOT_CHECK(grad == DType::f32 && state == DType::f32, "grad_dtype and optimizer_state_dtype bf16 need precision "
-                "bf16; precision ", precision, " keeps gradients and optimizer state in ", precision);
+    for (const auto& [key, value] : {std::pair{"grad_dtype", grad}, std::pair{"optimizer_state_dtype", state}})
+      INGOT_CHECK(value == DType::f32, key, " \"", dtype_name(value), "\" needs precision bf16 (the CUDA recipe); precision ",
+                  precision, " keeps every tensor in ", precision);
     const DType t = precision == "fp32" ? DType::f32 : DType::f64;
     r.param = r.grad = r.activation = r.optimizer_state = t;
     r.master_weights = false;

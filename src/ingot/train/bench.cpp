@@ -159,7 +159,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     log << j.dump() << std::endl;
   } else {
     log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
-        << ", " << device.description() << ", precision " << recipe.name << "\n"
+        << ", " << device.description() << ", precision " << describe(recipe) << "\n"
         << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
         << static_cast<int64_t>(r.tokens_per_s) << " tokens/s | MFU " << 100.0 * r.mfu << "% | memory "
         << r.peak_gib << " GiB\n";
