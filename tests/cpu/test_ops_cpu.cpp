@@ -969,6 +969,33 @@ TEST(CpuOps, AdamWStepBf16StateRoundsTheF32Update) {
   }, {"m and v", "got f32 and bf16"}, "m f32, v bf16");
 }
 
+// The limit of bf16 moments that docs/config.md states and the trainer warns about: a stored
+// moment moves only if its change exceeds half a bf16 step (2^-9 to 2^-8 of its value). With a
+// zero gradient v becomes beta2 * v: at beta2 = 0.999 every v, across binades and mantissas, rounds
+// back to itself; at 0.996 and 0.99 every one shrinks.
+TEST(CpuOps, AdamWStepBf16MomentCannotDecayByLessThanHalfAStep) {
+  const int64_t n = 32;
+  std::vector<uint16_t> v0(n);
+  for (int64_t i = 0; i < n; ++i)  // mantissas 1 + j/8 in binades 2^-12 .. 2^3
+    v0[i] = f32_to_bf16(std::ldexp(1.0f + static_cast<float>(i % 8) / 8.f, static_cast<int>(i / 8) * 5 - 12));
+  Context ctx = cpu_context(1);
+  for (const double beta2 : {0.999, 0.996, 0.99}) {
+    std::vector<float> p(n, 0.5f), g(n, 0.f);
+    std::vector<uint16_t> m(n, 0), v = v0;
+    AdamWSetting h;
+    h.beta2 = beta2;
+    DecayRuns decay({});
+    AdamWScalars scalars(h, 5);
+    ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(m.data(), DType::bf16, Device::cpu, {n}), Tensor(v.data(), DType::bf16, Device::cpu, {n}),
+                    Tensor(), decay.t, scalars.t, constants_of(h));
+    int64_t unchanged = 0;
+    for (int64_t i = 0; i < n; ++i) unchanged += v[i] == v0[i];
+    if (beta2 > 0.998) EXPECT_EQ(unchanged, n) << "beta2 " << beta2 << ": every v should stay put";
+    else EXPECT_EQ(unchanged, 0) << "beta2 " << beta2 << ": every v should shrink";
+  }
+}
+
 // With a zero gradient the step is pure decoupled weight decay, and only inside decay_runs:
 // p * (1 - lr*wd) exactly inside the runs, p unchanged outside. Runs: none; one ending mid-buffer;
 // two with gaps around them; the whole buffer; an empty run followed by touching runs.

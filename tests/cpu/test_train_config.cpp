@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/optim/adamw.h"
 #include "ingot/optim/lr_schedule.h"
 #include "ingot/recipe/recipe.h"
 #include "ingot/train/bench.h"
@@ -104,6 +105,21 @@ TEST(MemoryPlan, Bf16GradsAndStateHalveTheirBytes) {
   EXPECT_EQ(bf16.master, 0);
   EXPECT_EQ(bf16.params, f32.params);
   EXPECT_EQ(bf16.activations, f32.activations);
+}
+
+// The trainer's warning for bf16 moments whose 1 - beta is below half a bf16 step (2^-8): one per
+// key concerned, naming it; none with f32 moments or betas up to 0.996.
+TEST(TrainConfig, Bf16MomentWarnings) {
+  const Recipe bf16_state = make_recipe("bf16", Device::cuda, {true, "f32", "bf16"});
+  EXPECT_TRUE(AdamW::bf16_moment_warnings(make_recipe("bf16", Device::cuda), 0.9, 0.999).empty());
+  EXPECT_TRUE(AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.95).empty());
+  EXPECT_TRUE(AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.996).empty());
+  const std::vector<std::string> w = AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.999);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("adam_beta2 0.999"), std::string::npos) << w[0];
+  const std::vector<std::string> both = AdamW::bf16_moment_warnings(bf16_state, 0.998, 0.999);
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_NE(both[0].find("adam_beta1"), std::string::npos) << both[0];
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 namespace ingot {
 
@@ -15,6 +16,20 @@ int64_t AdamW::estimate_state_bytes(int64_t numel, const Recipe& recipe) {
 }
 int64_t AdamW::estimate_master_bytes(int64_t numel, const Recipe& recipe) {
   return recipe.master_weights ? numel * 4 : 0;
+}
+
+std::vector<std::string> AdamW::bf16_moment_warnings(const Recipe& recipe, double beta1, double beta2) {
+  std::vector<std::string> warnings;
+  if (recipe.optimizer_state != DType::bf16) return warnings;
+  for (const auto& [key, beta] : {std::pair{"adam_beta1", beta1}, std::pair{"adam_beta2", beta2}}) {
+    if (1.0 - beta >= 1.0 / 256) continue;
+    std::ostringstream message;
+    message << "optimizer_state_dtype bf16 with " << key << " " << beta << ": 1 - " << key
+            << " is below half a bf16 step, so that moment cannot decay once gradients shrink; use " << key
+            << " <= 0.996 or optimizer_state_dtype f32";
+    warnings.push_back(message.str());
+  }
+  return warnings;
 }
 
 AdamW::AdamW(const std::vector<ParamEntry>& entries, const Recipe& recipe, Context& ctx,

@@ -5,6 +5,7 @@
 // before each step, so the update can be replayed from a captured CUDA graph.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ingot/core/arena.h"
@@ -45,6 +46,11 @@ class AdamW {
   int64_t master_bytes() const { return master_arena_->capacity(); }
   static int64_t estimate_state_bytes(int64_t numel, const Recipe& recipe);
   static int64_t estimate_master_bytes(int64_t numel, const Recipe& recipe);
+  // Moments stored in bf16 are rounded to nearest after every update, so one whose decay per step
+  // (1 - beta) is below half a bf16 step (at most 2^-8 of its value) cannot shrink: v stops
+  // decaying once gradients get smaller (torch with bf16 parameters does the same). One message
+  // per config key (adam_beta1, adam_beta2) for which that holds; none with f32 moments.
+  static std::vector<std::string> bf16_moment_warnings(const Recipe& recipe, double beta1, double beta2);
 
   bool decays(const ParamEntry& e) const;
 

@@ -140,15 +140,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       << "device " << device.description() << ", precision " << describe(recipe) << "\n"
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
-  // A moment stored in bf16 is rounded to nearest after every update. When 1 - beta is below half
-  // a bf16 step (at most 2^-8 relative) a shrinking moment rounds back to its old value: v stops
-  // decaying once gradients get smaller (torch with bf16 parameters behaves the same).
-  if (recipe.optimizer_state == DType::bf16)
-    for (const auto& [key, beta] : {std::pair{"adam_beta1", c.adam_beta1}, std::pair{"adam_beta2", c.adam_beta2}})
-      if (1.0 - beta < 1.0 / 256)
-        log << "warning: " << c.source << ": optimizer_state_dtype bf16 with " << key << " " << beta
-            << ": 1 - " << key << " is below half a bf16 step, so that moment cannot decay once gradients shrink; "
-            << "use " << key << " <= 0.996 or optimizer_state_dtype f32\n";
+  for (const std::string& warning : AdamW::bf16_moment_warnings(recipe, c.adam_beta1, c.adam_beta2))
+    log << "warning: " << c.source << ": " << warning << "\n";
   check_memory_fits(memory, ctx, device.description(),
                     "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, master_weights: false, "
                     "grad_dtype: bf16 or optimizer_state_dtype: bf16");
