@@ -60,7 +60,7 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
 TEST(TrainConfig, GradAndOptimizerStateDtypes) {
   const TrainConfig c = parse_train_config(std::string(kMinimal) + "precision: bf16\ngrad_dtype: bf16\n", "x.yaml",
                                            {"optimizer_state_dtype=bf16", "master_weights=false"});
-  const Recipe r = make_recipe(c.precision, Device::cuda, {c.master_weights, c.grad_dtype, c.optimizer_state_dtype});
+  const Recipe r = make_recipe(c.precision, Device::cuda, c.recipe_options());
   EXPECT_EQ(r.grad, DType::bf16);
   EXPECT_EQ(r.optimizer_state, DType::bf16);
   EXPECT_FALSE(r.master_weights);

@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
   bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)");
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)");
   bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
-  bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.master_weights = false; }, "update bf16 weights directly");
-  bench->add_option("--grad-dtype", bench_options.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
-  bench->add_option("--optimizer-state-dtype", bench_options.optimizer_state_dtype,
+  bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.recipe.master_weights = false; }, "update bf16 weights directly");
+  bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
+  bench->add_option("--optimizer-state-dtype", bench_options.recipe.optimizer_state_dtype,
                     "f32 | bf16: AdamW's m and v (default f32)");
   bench->add_flag("--no-cuda-graph", [&](int64_t) { bench_options.cuda_graph = false; }, "launch every op of every step (no graph replay)");
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");

@@ -4,25 +4,20 @@
 
 namespace ingot {
 
-namespace {
-
-DType parse_storage_dtype(const std::string& key, const std::string& value) {
-  if (value == "f32") return DType::f32;
-  if (value == "bf16") return DType::bf16;
-  fail(key, " must be f32 or bf16, got \"", value, "\"");
+void check_recipe_options(const RecipeOptions& options, const std::string& precision) {
+  for (const auto& [key, value] : {std::pair{"grad_dtype", &options.grad_dtype},
+                                   std::pair{"optimizer_state_dtype", &options.optimizer_state_dtype}}) {
+    if (*value != "f32" && *value != "bf16") fail(key, " must be f32 or bf16, got \"", *value, "\"");
+    INGOT_CHECK(*value == "f32" || (precision != "fp32" && precision != "fp64"), key, " \"", *value,
+                "\" needs precision bf16 (the CUDA recipe); precision ", precision, " keeps every tensor in ", precision);
+  }
 }
 
-}  // namespace
-
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options) {
-  const DType grad = parse_storage_dtype("grad_dtype", options.grad_dtype);
-  const DType state = parse_storage_dtype("optimizer_state_dtype", options.optimizer_state_dtype);
+  check_recipe_options(options, precision);
   Recipe r;
   r.name = precision;
   if (precision == "fp32" || precision == "fp64") {
-    for (const auto& [key, value] : {std::pair{"grad_dtype", grad}, std::pair{"optimizer_state_dtype", state}})
-      INGOT_CHECK(value == DType::f32, key, " \"", dtype_name(value), "\" needs precision bf16 (the CUDA recipe); precision ",
-                  precision, " keeps every tensor in ", precision);
     const DType t = precision == "fp32" ? DType::f32 : DType::f64;
     r.param = r.grad = r.activation = r.optimizer_state = t;
     r.master_weights = false;
@@ -32,8 +27,8 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
     INGOT_CHECK(device == Device::cuda, "precision \"bf16\" needs the CUDA backend; the CPU runs \"fp32\"");
     r.param = DType::bf16;
     r.activation = DType::bf16;
-    r.grad = grad;
-    r.optimizer_state = state;
+    r.grad = options.grad_dtype == "bf16" ? DType::bf16 : DType::f32;
+    r.optimizer_state = options.optimizer_state_dtype == "bf16" ? DType::bf16 : DType::f32;
     r.master_weights = options.master_weights;
     return r;
   }

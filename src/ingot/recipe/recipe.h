@@ -30,6 +30,11 @@ struct RecipeOptions {
 // recipes keep everything in their own dtype and accept only the default options' dtypes.
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options = {});
 
+// What make_recipe checks of the options, callable before the device is known (the config parser):
+// each dtype is f32 or bf16, and precision fp32 / fp64 takes only f32 ("auto" checks the values
+// only). Errors name the key and its value.
+void check_recipe_options(const RecipeOptions& options, const std::string& precision);
+
 // "fp32", or for bf16 "bf16 (grads f32, optimizer state f32, master weights f32)" and the like: for logs.
 std::string describe(const Recipe& recipe);
 

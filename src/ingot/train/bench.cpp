@@ -64,8 +64,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
-  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device,
-                                    {o.master_weights, o.grad_dtype, o.optimizer_state_dtype});
+  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ingot/model/config.h"
+#include "ingot/recipe/recipe.h"
 
 namespace ingot {
 
@@ -14,8 +15,7 @@ struct BenchOptions {
   std::string model;            // HF model directory (config.json) or a preset name
   int64_t seq = 4096, micro_batch = 4, steps = 20, warmup = 3;
   std::string device = "auto";
-  bool master_weights = true;
-  std::string grad_dtype = "f32", optimizer_state_dtype = "f32";  // bf16 recipe: f32 | bf16
+  RecipeOptions recipe;          // the bf16 recipe's master weights, gradient and moment dtypes
   bool cuda_graph = true;       // replay the captured step, as `ingot train` does
   std::string recompute = "none";
   bool json = false;            // one JSON line instead of a table

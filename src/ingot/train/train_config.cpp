@@ -238,10 +238,10 @@ void validate(const TrainConfig& c) {
     fail(src, ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
     fail(src, ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
-  for (const auto& [key, value] : {std::pair{"grad_dtype", &c.grad_dtype}, std::pair{"optimizer_state_dtype", &c.optimizer_state_dtype}}) {
-    if (*value != "f32" && *value != "bf16") fail(src, ": key \"", key, "\" must be f32 or bf16, got \"", *value, "\"");
-    if (*value == "bf16" && c.precision == "fp32")
-      fail(src, ": key \"", key, "\" is bf16, which needs precision bf16 (or auto on CUDA), not fp32");
+  try {
+    check_recipe_options(c.recipe_options(), c.precision);
+  } catch (const Error& e) {
+    fail(src, ": ", e.what());
   }
   if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
 }

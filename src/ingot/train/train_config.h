@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ingot/model/config.h"
+#include "ingot/recipe/recipe.h"
 
 namespace ingot {
 
@@ -49,6 +50,7 @@ struct TrainConfig {
   bool master_weights = true;        // bf16: keep f32 master weights
   std::string grad_dtype = "f32";             // bf16: f32 | bf16 parameter gradients
   std::string optimizer_state_dtype = "f32";  // bf16: f32 | bf16 AdamW m and v
+  RecipeOptions recipe_options() const { return {master_weights, grad_dtype, optimizer_state_dtype}; }
   bool cuda_graph = true;            // CUDA: capture the whole step once and replay it
   std::string recompute = "none";    // none | elementwise | block (model/transformer.h: Recompute)
   int64_t num_threads = 0;           // CPU threads; 0: all cores

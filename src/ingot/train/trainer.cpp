@@ -111,7 +111,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
   const Recipe recipe = [&] {
     try {
-      return make_recipe(precision, ctx.device, {c.master_weights, c.grad_dtype, c.optimizer_state_dtype});
+      return make_recipe(precision, ctx.device, c.recipe_options());
     } catch (const Error& e) {
       fail(c.source, ": ", e.what());
     }
