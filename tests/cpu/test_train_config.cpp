@@ -1,6 +1,7 @@
 // TrainConfig parsing: defaults, types, overrides, suggestions, and docs/config.md completeness.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -24,6 +25,26 @@ TEST(TrainConfig, DefaultsAndOverrides) {
   EXPECT_EQ(c.train_data, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(c.micro_batch_size, 8);
   EXPECT_EQ(c.lr_scheduler_type, "cosine");
+}
+
+// Relative model, model_config and train_data paths (globs included) that name nothing from the
+// current directory come from the config file's directory; those that do stay as written.
+TEST(TrainConfig, RelativePathsFallBackToTheConfigFilesDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path dir = test::temp_dir("TrainConfigRelative");
+  fs::create_directories(dir / "shards");
+  fs::create_directories(dir / "elsewhere");
+  for (const char* name : {"shards/train-00000.bin", "shards/train-00001.bin", "model.json"}) std::ofstream(dir / name) << "x";
+  std::ofstream(dir / "train.yaml") << "model_config: model.json\ntrain_data: [shards/*.bin, shards, shards/train-00001.bin, "
+                                       "missing/*.bin]\n";
+  const fs::path here = fs::current_path();
+  fs::current_path(dir / "elsewhere");  // where none of the relative paths resolve
+  const TrainConfig c = load_train_config((dir / "train.yaml").string(), {});
+  fs::current_path(here);
+  EXPECT_EQ(c.model_config, (dir / "model.json").string());
+  EXPECT_EQ(c.train_data, (std::vector<std::string>{(dir / "shards/*.bin").string(), (dir / "shards").string(),
+                                                     (dir / "shards/train-00001.bin").string(), "missing/*.bin"}));
+  fs::remove_all(dir);
 }
 
 TEST(TrainConfig, InlineModelConfig) {

@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include <glob.h>
+
 #include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
@@ -286,11 +288,20 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   std::stringstream text;
   text << file.rdbuf();
   TrainConfig config = parse_train_config(text.str(), path, overrides);
-  // Relative paths in the config are relative to the config file's directory.
+  // A relative path that names nothing from the current directory is taken from the config
+  // file's directory when it names something there. A train_data glob "names something" when it
+  // matches a file: it is expanded only later, by the data loader.
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
+  auto names_something = [](const std::filesystem::path& p) {
+    const std::string s = p.string();
+    if (s.find_first_of("*?[") == std::string::npos) return std::filesystem::exists(p);
+    glob_t matches{};
+    const bool any = ::glob(s.c_str(), 0, nullptr, &matches) == 0 && matches.gl_pathc > 0;
+    ::globfree(&matches);
+    return any;
+  };
   auto rebase = [&](std::string& p) {
-    if (!p.empty() && std::filesystem::path(p).is_relative() && !std::filesystem::exists(p) &&
-        std::filesystem::exists(base / p))
+    if (!p.empty() && std::filesystem::path(p).is_relative() && !names_something(p) && names_something(base / p))
       p = (base / p).string();
   };
   rebase(config.model);
