@@ -195,6 +195,15 @@ def main():
         rows.append({"config": c, "abs": absd, "signed": signed})
         print(f"{c:8} " + " ".join(f"{x:>17}" for x in cells) +
               f"   {sum(absd) / len(absd):.4f}      {sum(signed) / len(signed):+.4f}")
+    # How the gap grows: mean |diff| in each 50-step window, the range over seeds.
+    for c in configs[1:]:
+        cells = []
+        for w0 in range(0, args.steps, 50):
+            w1 = min(w0 + 50, args.steps)
+            per_seed = [sum(abs(curves[(s, c)][i] - curves[(s, "f32")][i]) for i in range(w0, w1)) / (w1 - w0)
+                        for s in args.seeds]
+            cells.append(f"{w0 + 1}-{w1}: {min(per_seed):.4f}-{max(per_seed):.4f}")
+        print(f"{c:8} windows  " + "  ".join(cells))
     finals = " ".join(f"{curves[(s, 'f32')][-1]:.4f}" for s in args.seeds)
     print(f"f32 final losses by seed: {finals}")
     if args.json:
