@@ -10,6 +10,7 @@ set -uo pipefail
 build=$1; shift; seeds=("$@"); out=${OUT:-/tmp/ingot-out}; mkdir -p "$out"
 [ -d runs/demo-data ] || "$build/ingot" prepare /usr/share/games/fortunes --doc-separator % -o runs/demo-data --overwrite >/dev/null
 train() {  # name device precision seed
+  rm -f "$out/vc_$1.jsonl"  # a failed run must not leave an earlier call's metrics in place
   "$build/ingot" train examples/demo.yaml --overwrite --set device=$2 --set precision=$3 --set seed=$4 \
     --set output_dir=runs/vc-$1 --set max_steps=300 --set logging_steps=1 --set eval_steps=10 --set eval_max_batches=40 \
     --set save_steps=0 --set num_threads=3 >runs/vc-$1.log 2>&1 || { echo "train $1 failed"; tail -3 runs/vc-$1.log; }
@@ -23,18 +24,22 @@ echo "runs: $(( $(date +%s) - t0 )) s"
 python3 - "$out" "${seeds[@]}" <<'PY'
 import json, sys, os
 out, seeds = sys.argv[1], sys.argv[2:]
-def rec(name):
+def curves(name):
+    # (training loss by step, validation loss by step); a run without every step is an error.
     p = os.path.join(out, f"vc_{name}.jsonl")
-    return [json.loads(l) for l in open(p)] if os.path.exists(p) else []
-print("seed run   train|d| (signed)   val|d| (signed)  val pts  final val")
+    if not os.path.exists(p): sys.exit(f"{name}: no metrics ({p}); see runs/vc-{name}.log")
+    rows = [json.loads(l) for l in open(p)]
+    train = {r["step"]: r["loss"] for r in rows}; val = {r["step"]: r["val_loss"] for r in rows if "val_loss" in r}
+    missing = [k for k in range(1, 301) if k not in train] + [k for k in range(210, 301, 10) if k not in val]
+    if missing: sys.exit(f"{name}: incomplete run, missing steps {missing[:5]}...; see runs/vc-{name}.log")
+    return train, val
+def mean(xs): return sum(xs) / len(xs)
+print("seed run   train|d| (signed)   val|d| (signed)  final val")
 for s in seeds:
-    cpu = rec(f"cpu-{s}")
-    tl = {r["step"]: r["loss"] for r in cpu}; vl = {r["step"]: r["val_loss"] for r in cpu if "val_loss" in r}
+    tl, vl = curves(f"cpu-{s}")
     for kind in ("bf16", "fp32"):
-        a = rec(f"{kind}-{s}")
-        at = {r["step"]: r["loss"] for r in a}; av = {r["step"]: r["val_loss"] for r in a if "val_loss" in r}
-        ts = [at[k] - tl[k] for k in range(201, 301) if k in at and k in tl]
-        vs = [av[k] - vl[k] for k in sorted(av) if k > 200 and k in vl]
-        if not ts or not vs: print(s, kind, "missing"); continue
-        print(f"{s:>4} {kind}  {sum(map(abs,ts))/len(ts):.4f} ({sum(ts)/len(ts):+.4f})   {sum(map(abs,vs))/len(vs):.4f} ({sum(vs)/len(vs):+.4f})  {len(vs):>3}   {av[300]:.4f}/{vl[300]:.4f}")
+        at, av = curves(f"{kind}-{s}")
+        ts = [at[k] - tl[k] for k in range(201, 301)]
+        vs = [av[k] - vl[k] for k in range(210, 301, 10)]
+        print(f"{s:>4} {kind}  {mean(list(map(abs, ts))):.4f} ({mean(ts):+.4f})   {mean(list(map(abs, vs))):.4f} ({mean(vs):+.4f})   {av[300]:.4f}/{vl[300]:.4f}")
 PY

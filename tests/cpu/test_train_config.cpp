@@ -37,10 +37,18 @@ TEST(TrainConfig, RelativePathsFallBackToTheConfigFilesDirectory) {
   for (const char* name : {"shards/train-00000.bin", "shards/train-00001.bin", "model.json"}) std::ofstream(dir / name) << "x";
   std::ofstream(dir / "train.yaml") << "model_config: model.json\ntrain_data: [shards/*.bin, shards, shards/train-00001.bin, "
                                        "missing/*.bin]\n";
-  const fs::path here = fs::current_path();
-  fs::current_path(dir / "elsewhere");  // where none of the relative paths resolve
-  const TrainConfig c = load_train_config((dir / "train.yaml").string(), {});
-  fs::current_path(here);
+  // From a directory where none of the relative paths resolve; the guard restores the working
+  // directory even when loading throws, so the tests after this one are unaffected.
+  struct WorkingDirectory {
+    fs::path saved = fs::current_path();
+    explicit WorkingDirectory(const fs::path& to) { fs::current_path(to); }
+    ~WorkingDirectory() { fs::current_path(saved); }
+  };
+  TrainConfig c;
+  {
+    WorkingDirectory elsewhere(dir / "elsewhere");
+    c = load_train_config((dir / "train.yaml").string(), {});
+  }
   EXPECT_EQ(c.model_config, (dir / "model.json").string());
   EXPECT_EQ(c.train_data, (std::vector<std::string>{(dir / "shards/*.bin").string(), (dir / "shards").string(),
                                                      (dir / "shards/train-00001.bin").string(), "missing/*.bin"}));

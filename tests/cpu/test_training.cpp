@@ -177,10 +177,20 @@ TEST_F(Training, RunThatCannotFitFailsBeforeAllocating) {
   EXPECT_NE(out.find("the run needs"), std::string::npos) << out;
   EXPECT_NE(out.find("is available on cpu"), std::string::npos) << out;
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
+  EXPECT_EQ(out.find("--no-master-weights"), std::string::npos) << "a bf16-recipe remedy offered on the CPU:\n" << out;
   EXPECT_NE(0, train(tiny_config(data, root + "/huge", 2, 0), "huge",
                      "--set micro_batch_size=100000000", &out));
   EXPECT_NE(out.find("the run needs"), std::string::npos) << out;
+  EXPECT_NE(out.find("recompute: elementwise"), std::string::npos) << out;
+  EXPECT_EQ(out.find("master_weights: false"), std::string::npos) << "a bf16-recipe remedy offered on the CPU:\n" << out;
   EXPECT_FALSE(fs::exists(root + "/huge/metrics.jsonl"));
+}
+
+TEST_F(Training, BenchRefusesBf16FlagsOnTheCpuNamingTheDevice) {
+  std::string out;
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --grad-dtype bf16", &out));
+  EXPECT_NE(out.find("--grad-dtype"), std::string::npos) << out;
+  EXPECT_NE(out.find("--device cuda"), std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

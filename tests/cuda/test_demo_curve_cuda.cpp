@@ -46,7 +46,9 @@ CurveGap curve_gap(const std::vector<double>& curve, const std::vector<double>& 
   return gap;
 }
 
-// The three runs, trained once per process and shared by the two tests below.
+// The demo-seed runs (CPU fp32, CUDA bf16 twice), trained in SetUpTestSuite and shared by the tests
+// below. ctest runs each test in its own process, so each trains them once; the across-seeds test
+// trains its further seeds itself.
 class CudaDemoCurve : public ::testing::Test {
  protected:
   struct Runs {

@@ -64,13 +64,19 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
+  // bench has no --precision: the device picks it, so a bf16-only flag on the CPU is a device error.
+  INGOT_CHECK(ctx.device == Device::cuda || (o.recipe.grad_dtype == "f32" && o.recipe.optimizer_state_dtype == "f32"),
+              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16 belong to the bf16 recipe, which runs on CUDA "
+              "(--device cuda); the CPU benches fp32");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);
   check_memory_fits(estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute), ctx, device.description(),
-                    "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
-                    "or --grad-dtype / --optimizer-state-dtype bf16");
+                    ctx.device == Device::cuda
+                        ? "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
+                          "or --grad-dtype / --optimizer-state-dtype bf16"
+                        : "try a smaller --micro-batch or --seq, or --recompute elementwise or block");
   Transformer model(config, recipe, ctx, B, T, 0, recompute);
   model.init_random(1);
   AdamWConfig adam;

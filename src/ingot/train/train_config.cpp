@@ -52,7 +52,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"device", "auto", "auto, cpu or cuda"},
       {"precision", "auto", "auto (cpu: fp32, cuda: bf16), fp32 or bf16"},
       {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},
-      {"grad_dtype", "f32", "bf16: f32 or bf16 parameter gradients (bf16 accumulates across micro-batches in bf16)"},
+      {"grad_dtype", "f32", "bf16: f32 or bf16 parameter gradients (bf16 sums micro-batches and LM-head chunks in bf16)"},
       {"optimizer_state_dtype", "f32", "bf16: f32 or bf16 AdamW moments (updated in f32, stored rounded to nearest)"},
       {"cuda_graph", "true", "CUDA: capture the whole training step as one CUDA graph and replay it"},
       {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},

@@ -143,8 +143,10 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   for (const std::string& warning : AdamW::bf16_moment_warnings(recipe, c.adam_beta1, c.adam_beta2))
     log << "warning: " << c.source << ": " << warning << "\n";
   check_memory_fits(memory, ctx, device.description(),
-                    "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, master_weights: false, "
-                    "grad_dtype: bf16 or optimizer_state_dtype: bf16");
+                    recipe.name == "bf16"
+                        ? "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, "
+                          "master_weights: false, grad_dtype: bf16 or optimizer_state_dtype: bf16"
+                        : "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block");
 
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
