@@ -30,7 +30,7 @@ namespace {
 constexpr int kSteps = 300;
 constexpr int kTail = 100;
 constexpr double kMaxMeanAbsDiff = 0.02;
-constexpr double kMaxMeanAbsDiffAnySeed = 0.03;  // a broken op moves the curve by far more (>= 0.05)
+constexpr double kMaxMeanAbsDiffAnySeed = 0.03;  // seeds 1..6 measured 0.015-0.025 on an H200
 constexpr int kSeeds = 6;                         // the demo's seed (1) and seeds 2..6
 
 struct CurveGap {
