@@ -30,11 +30,6 @@ void write_text(const fs::path& path, std::string_view text) {
   out << text;
 }
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // A shard whose token at stream position p is p (+ offset), so a row's first input names its
 // window.
 ShardData counting_shard(int64_t n, int64_t offset, int64_t doc_len) {
@@ -127,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Widths, ShardRoundTrip,
 TEST(Shard, HeaderBytesMatchTheSpec) {
   const std::string dir = test::temp_dir("shard_header");
   write_shard(dir + "/s.bin", {{5, 6, 7}, {0, 2}, {1, 0, 1}, 257, 2});
-  const std::string bytes = read_bytes(dir + "/s.bin");
+  const std::string bytes = test::read_file(dir + "/s.bin");
   ASSERT_EQ(bytes.size(), 40u + 8 + 16 + 8);
   EXPECT_EQ(bytes.substr(0, 8), "INGOTTOK");
   auto u32 = [&](size_t at) {
@@ -157,7 +152,7 @@ TEST(Shard, CorruptFilesNameTheFile) {
   const std::string dir = test::temp_dir("shard_corrupt");
   const std::string good = dir + "/good.bin";
   write_shard(good, {{1, 2, 3, 4, 5}, {0, 2}, {}, 257, 2});
-  const std::string bytes = read_bytes(good);
+  const std::string bytes = test::read_file(good);
 
   const std::string bad_magic = dir + "/bad_magic.bin";
   write_text(bad_magic, "NOTATOK!" + bytes.substr(8));
@@ -455,7 +450,7 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
   s.read_tokens(0, s.num_tokens(), tokens.data());
   EXPECT_EQ(tok.decode(tokens), "hello<|endoftext|>world\n<|endoftext|>\xff\xfe raw<|endoftext|>");
 
-  const auto meta = nlohmann::json::parse(read_bytes(dir + "/out/meta.json"));
+  const auto meta = nlohmann::json::parse(test::read_file(dir + "/out/meta.json"));
   EXPECT_EQ(meta.at("tokenizer"), "byte");
   EXPECT_EQ(meta.at("vocab_size"), 257);
   EXPECT_EQ(meta.at("num_tokens"), 20);
