@@ -542,13 +542,16 @@ TEST_F(CudaOps, SwiGlu) {
 
 // ---- cross-entropy ----------------------------------------------------------------------------
 
+// V = 515 takes the scalar path; 128256 (Llama 3) and 151936 (Qwen) are the real LM-head widths.
 TEST_F(CudaOps, CrossEntropy) {
-  for (int64_t V : {1000, 515, 32768}) {
+  for (int64_t V : {1000, 515, 32768, 128256, 151936}) {
     const int64_t N = 40;
     const double scale = 1.0 / 37.0;
     const Floats logits = randn(N * V, 80, 2.0);
     std::vector<int32_t> targets = randint(N, 0, int32_t(V), 81);
     for (int64_t n = 0; n < N; n += 7) targets[n] = ops::kIgnoreIndex;
+    targets[3] = int32_t(V - 1);  // the row's last element
+    targets[5] = 0;
     HostI32 ct(targets, {N});
     HostF32 cl(logits, {N, V}), closs(Floats(N), {N}), cd(Floats(N * V), {N, V});
     ops::cross_entropy(cpu, closs.t, cd.t, cl.t, ct.t, scale);
@@ -938,12 +941,13 @@ TEST_F(CudaOps, BackwardIsDeterministic) {
           [&] { ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, seg, int(Hq), int(Hkv), scale); },
           {dqkv});
   }
-  {  // cross-entropy dlogits
-    const int64_t N = 64, V = 4096;
+  for (int64_t V : {4096, 151936}) {  // cross-entropy dlogits
+    const int64_t N = 64;
     const Floats logits = randn(N * V, 160);
     Tensor gl = upload(logits, DType::bf16, {N, V}), gt = upload_i32(randint(N, 0, int32_t(V), 161), {N});
     Tensor loss = alloc(DType::f32, {N}), d = alloc(DType::bf16, {N, V});
-    twice("cross_entropy", [] {}, [&] { ops::cross_entropy(gpu, loss, d, gl, gt, 0.5); }, {loss, d});
+    twice("cross_entropy V=" + std::to_string(V), [] {}, [&] { ops::cross_entropy(gpu, loss, d, gl, gt, 0.5); },
+          {loss, d});
   }
 }
 
@@ -1075,12 +1079,12 @@ TEST_F(CudaPerf, LlmShapes) {
       ops::attention_backward(gpu, dqkv, dao, ao, lse, qkv, Tensor{}, int(Hq), int(Hkv), 1.0 / std::sqrt(double(D)));
     }, 1, 5));
   }
-  {
-    const int64_t Nc = 4096, Vc = 128256;
+  for (const int64_t Vc : {int64_t(128256), int64_t(151936)}) {  // an LM-head chunk of 4096 tokens
+    const int64_t Nc = 4096;
     Tensor logits = random_device(DType::bf16, {Nc, Vc}, 15, 2.0);
     Tensor targets = upload_i32(randint(Nc, 0, int32_t(Vc), 16), {Nc});
     Tensor losses = alloc(DType::f32, {Nc});
-    report_bytes("cross_entropy in place (V=128256)", 3 * e * Nc * Vc, time_ms([&] {
+    report_bytes("cross_entropy in place (V=" + std::to_string(Vc) + ")", 3 * e * Nc * Vc, time_ms([&] {
       ops::cross_entropy(gpu, losses, logits, logits, targets, 1.0 / Nc);
     }));
   }
