@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -204,16 +206,43 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   EXPECT_NE(out.find("already holds a run"), std::string::npos) << out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/resumed", 8, 0), "resumed", "--resume", &out)) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
+  EXPECT_NE(out.find("note: resume: max_steps was 5 in the checkpoint, now 8"), std::string::npos) << out;
   // The cosine schedule spans max_steps, so the interrupted leg used max_steps=5 for its lr: compare
   // instead a run that saved mid-way with the same max_steps.
   ASSERT_EQ(0, train(tiny_config(data, root + "/mid", 8, 4), "mid", "", &out)) << out;
   fs::remove_all(root + "/mid/checkpoint-8");
   ASSERT_EQ(0, train(tiny_config(data, root + "/mid", 8, 4), "mid", "--resume", &out)) << out;
+  EXPECT_EQ(out.find("note: resume"), std::string::npos) << "the same config changes nothing:\n" << out;
   EXPECT_EQ(loss_lines(root + "/straight/metrics.jsonl"), loss_lines(root + "/mid/metrics.jsonl"));
   EXPECT_EQ(read_file(root + "/straight/checkpoint-8/model.safetensors"),
             read_file(root + "/mid/checkpoint-8/model.safetensors"));
   EXPECT_EQ(read_file(root + "/straight/checkpoint-8/optimizer.safetensors"),
             read_file(root + "/mid/checkpoint-8/optimizer.safetensors"));
+}
+
+// A checkpoint written by a bf16 run on a GPU and resumed on the CPU (fp32): the log says the
+// weights and moments are converted. The CPU cannot train bf16, so the checkpoint's record is
+// edited to say what a CUDA run writes.
+TEST_F(Training, ResumeNamesAChangedPrecision) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;
+  const std::string state_file = root + "/run/checkpoint-3/trainer_state.json";
+  nlohmann::json state = nlohmann::json::parse(read_file(state_file));
+  ASSERT_EQ(state.at("recipe"), "fp32") << state.dump();
+  state["recipe"] = "bf16 (grads f32, optimizer state bf16, master weights f32)";
+  state["precision"] = "bf16";
+  std::ofstream(state_file) << state.dump(2);
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out)) << out;
+  EXPECT_NE(out.find("note: resume: the checkpoint was trained with precision bf16 (grads f32, optimizer state bf16, "
+                     "master weights f32), this run uses fp32: weights and AdamW moments are converted"),
+            std::string::npos)
+      << out;
+  // A checkpoint from before the "recipe" field: the precision names are compared.
+  state.erase("recipe");
+  std::ofstream(state_file) << state.dump(2);
+  fs::remove_all(root + "/run/checkpoint-4");
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out)) << out;
+  EXPECT_NE(out.find("trained with precision bf16, this run uses fp32"), std::string::npos) << out;
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

@@ -102,6 +102,30 @@ std::vector<std::string> companion_files(const TrainConfig& c) {
   return files;
 }
 
+// What this run changes from the one that wrote the checkpoint it resumes, one line each for the
+// log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
+// no longer repeats an uninterrupted run, and the user should see that rather than find out.
+std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe) {
+  std::vector<std::string> changes;
+  // "recipe" since checkpoints of 2026-11-30 (describe(): dtypes of gradients, moments, master
+  // weights); older ones record only the precision.
+  const bool has_recipe = state.contains("recipe");
+  const std::string was = has_recipe ? state["recipe"].get<std::string>() : state.value("precision", std::string());
+  const std::string now = has_recipe ? describe(recipe) : recipe.name;
+  if (!was.empty() && was != now)
+    changes.push_back("the checkpoint was trained with precision " + was + ", this run uses " + now +
+                      ": weights and AdamW moments are converted");
+  auto compare = [&](const char* key, const nlohmann::json& value) {
+    if (state.contains(key) && state[key] != value)
+      changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
+                        ": the learning-rate schedule follows the new value");
+  };
+  compare("max_steps", c.max_steps);
+  compare("learning_rate", c.learning_rate);
+  compare("lr_scheduler_type", c.lr_scheduler_type);
+  return changes;
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std::ostream& log) {
@@ -177,6 +201,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     start_step = state.at("step").get<int64_t>();
     loader.restore_state(state.at("data"));
     log << "resumed from " << dir << " at step " << start_step << "\n";
+    for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
 
@@ -223,6 +248,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     contents.trainer_state = {{"step", step}, {"data", loader.save_state()}, {"seed", c.seed},
                               {"max_steps", c.max_steps}, {"learning_rate", c.learning_rate},
                               {"lr_scheduler_type", c.lr_scheduler_type}, {"precision", recipe.name},
+                              {"recipe", describe(recipe)},
                               {"config_source", c.source}};
     save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c), c.save_total_limit);
     metrics.write_plot();
