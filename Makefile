@@ -20,7 +20,8 @@ deps:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
-	@python3 -c "import tokenizers" 2>/dev/null || python3 -m pip install -q $(PIP_PACKAGES) \
+	@python3 -c "import tokenizers" 2>/dev/null || python3 -m pip install -q $(PIP_PACKAGES) 2>/dev/null \
+	  || python3 -m pip install -q --user --break-system-packages $(PIP_PACKAGES) \
 	  || echo "warning: could not install the Python 'tokenizers' package; tokenizer parity tests will skip"
 
 $(BUILD)/build.ninja: CMakeLists.txt tests/CMakeLists.txt

@@ -1327,8 +1327,8 @@ TEST(CpuOps, RejectsBadArgumentsNamingTheOp) {
 
 // ---- speed (printed, never asserted) --------------------------------------------------------------
 
-// The CPU demo's linear layers: N = 8 x 256 tokens, 256 -> 768. Prints GFLOP/s for the forward,
-// din and dweight GEMMs at 1 and 2 threads.
+// A linear layer of the CPU demo's width: N = 2048 tokens, 256 -> 768. Prints GFLOP/s for the
+// forward, din and dweight GEMMs at 1 and 2 threads.
 TEST(CpuOpsPerf, LinearGflops) {
   const int64_t N = 2048, I = 256, O = 768;
   const double flops = 2.0 * N * I * O;

@@ -132,8 +132,11 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     std::vector<std::pair<std::string, ops::OpStats>> rows(ops::profile_stats().begin(), ops::profile_stats().end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
     for (const auto& [name, st] : rows) {
-      const std::string rate = st.flops > 0 ? std::to_string(static_cast<int64_t>(st.flops / st.ms / 1e9)) + " TFLOP/s"
-                                            : std::to_string(static_cast<int64_t>(st.bytes / st.ms / 1e6)) + " GB/s";
+      // GFLOP/s below 1 TFLOP/s, so that CPU rates do not print as 0.
+      const double tflops = st.flops / st.ms / 1e9;
+      const std::string rate = st.flops <= 0 ? std::to_string(static_cast<int64_t>(st.bytes / st.ms / 1e6)) + " GB/s"
+                               : tflops >= 1 ? std::to_string(static_cast<int64_t>(tflops)) + " TFLOP/s"
+                                             : std::to_string(static_cast<int64_t>(tflops * 1e3)) + " GFLOP/s";
       std::snprintf(line, sizeof line, "%-22s %6lld %10.2f %6.1f%% %12s\n", name.c_str(), static_cast<long long>(st.calls),
                     st.ms, 100.0 * st.ms / std::max(median, total), rate.c_str());
       log << line;
