@@ -1,6 +1,7 @@
 // Data layer tests: shard format round trip and corruption, DataLoader windows / split / shuffle /
 // resume / masking, ByteTokenizer, prepare on small corpora.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -384,6 +385,30 @@ TEST(DataLoader, TargetsMaskedWhereLossMaskIsZero) {
     masked += !keep;
   }
   EXPECT_EQ(masked, 13);  // target positions 3, 6, ..., 39 (position 0 is never a target)
+}
+
+// A dataset whose loss mask is 0 everywhere has nothing to train on: refused at load, naming the
+// files (it used to train with loss 0 and report success). Without the mask the same tokens train.
+TEST(DataLoader, RefusesDataWithoutAnyTarget) {
+  const std::string dir = test::temp_dir("loader_no_target");
+  ShardData d = counting_shard(41, 0, 41);
+  d.loss_mask.assign(41, 0);
+  write_shard(dir + "/masked.bin", d);
+  const std::string msg = error_of([&] { DataLoader loader(counting_config(dir, 8, 1, 0.0)); });
+  EXPECT_NE(msg.find("no token of"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("masked.bin"), std::string::npos) << msg;
+  DataLoaderConfig all_tokens = counting_config(dir, 8, 1, 0.0);
+  all_tokens.use_loss_mask = false;  // train_on_inputs: true
+  EXPECT_EQ(DataLoader(all_tokens).num_train_windows(), 5);
+}
+
+// A FIFO named as a shard: refused, not opened (opening one waits for a writer forever).
+TEST(DataLoader, RefusesAShardThatIsNotARegularFile) {
+  const std::string dir = test::temp_dir("loader_fifo");
+  const std::string fifo = dir + "/train-00000.bin";
+  ASSERT_EQ(0, ::mkfifo(fifo.c_str(), 0600));
+  const std::string msg = error_of([&] { DataLoader loader(counting_config(fifo, 8, 1, 0.0)); });
+  EXPECT_NE(msg.find("not a regular file"), std::string::npos) << msg;
 }
 
 TEST(DataLoader, ResolvesGlobsDirectoriesAndFiles) {

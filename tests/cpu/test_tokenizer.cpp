@@ -252,6 +252,15 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
     r["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   }, {"regex"});
   expect_load_error("not_json", [](json& r) { r = "{"; }, {});  // writes a JSON string: no "model"
+  // Ids index tables: a negative one crashed, a huge one allocated gigabytes (review, 2026-11-30).
+  expect_load_error("negative_added_id", [](json& r) {
+    r["added_tokens"].push_back({{"id", -1}, {"content", "<|x|>"}, {"special", true}});
+  }, {"added token id -1", "<|x|>", "outside [0, 16777215]"});
+  expect_load_error("huge_vocab_id", [](json& r) { r["model"]["vocab"]["b"] = int64_t{1} << 40; },
+                    {"vocab id 1099511627776", "\"b\""});
+  expect_load_error("duplicate_id", [](json& r) { r["model"]["vocab"]["b"] = 0; }, {"vocab id 0 is given to both"});
+  expect_load_error("vocab_list", [](json& r) { r["model"]["vocab"] = json::array({"a", "b"}); },
+                    {"model.vocab must be an object"});
   EXPECT_THROW(BpeTokenizer::from_file("/nonexistent/tokenizer.json"), Error);
 }
 

@@ -172,7 +172,7 @@ TEST_F(Training, BlockRecomputeGivesIdenticalBits) {
 }
 
 TEST_F(Training, RunThatCannotFitFailsBeforeAllocating) {
-  // Llama-3-8B at 64 x 65536 tokens (bench) and 10^8 rows of the tiny model (train) need terabytes:
+  // Llama-3-8B at 64 x 65536 tokens (bench) and 2^26 tokens a micro-batch of the tiny model (train) need terabytes:
   // both commands must refuse with the plan before the first allocation, rather than crash in one.
   std::string out;
   EXPECT_NE(0, run_command(cli() + " bench --model llama-3-8b --device cpu --seq 65536 --micro-batch 64", &out));
@@ -181,7 +181,7 @@ TEST_F(Training, RunThatCannotFitFailsBeforeAllocating) {
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
   EXPECT_EQ(out.find("--no-master-weights"), std::string::npos) << "a bf16-recipe remedy offered on the CPU:\n" << out;
   EXPECT_NE(0, train(tiny_config(data, root + "/huge", 2, 0), "huge",
-                     "--set micro_batch_size=100000000", &out));
+                     "--set micro_batch_size=1048576 --set sequence_len=64", &out));
   EXPECT_NE(out.find("the run needs"), std::string::npos) << out;
   EXPECT_NE(out.find("recompute: elementwise"), std::string::npos) << out;
   EXPECT_EQ(out.find("master_weights: false"), std::string::npos) << "a bf16-recipe remedy offered on the CPU:\n" << out;
@@ -243,6 +243,96 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
   fs::remove_all(root + "/run/checkpoint-4");
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out)) << out;
   EXPECT_NE(out.find("trained with precision bf16, this run uses fp32"), std::string::npos) << out;
+}
+
+// From the bad-input review of 2026-11-30: values that crashed (num_threads, bench --steps 0),
+// ran out of memory (num_hidden_layers 1e9, sequence_len 2^32, gradient_accumulation_steps 1e8)
+// or were silently replaced or accepted (.inf in model_config, min_lr_ratio 2, generate's
+// negative temperature, an unknown device). Each is now an error naming the key or flag.
+TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
+  std::string out;
+  const std::string cfg = tiny_config(data, root + "/run", 2, 0);
+  auto refused = [&](const std::string& flags, const std::string& key) {
+    EXPECT_NE(0, train(cfg, "run", flags, &out)) << flags;
+    EXPECT_NE(out.find(key), std::string::npos) << flags << "\n" << out;
+    EXPECT_EQ(out.find("terminate"), std::string::npos) << out;
+  };
+  refused("--set num_threads=65535", "\"num_threads\" must be between 0 and 1024");
+  refused("--set sequence_len=4294967296 --set val_fraction=0", "\"sequence_len\"");
+  refused("--set gradient_accumulation_steps=100000000", "\"gradient_accumulation_steps\"");
+  refused("--set min_lr_ratio=2", "\"min_lr_ratio\" must be a finite number in [0, 1]");
+  refused("--set learning_rate=.inf", "\"learning_rate\" must be a finite number");
+  refused("--set output_dir=", "\"output_dir\" must not be empty");
+  std::string inf_theta = cfg;
+  inf_theta.replace(inf_theta.find("  tie_word_embeddings"), 0, "  rope_theta: .inf\n");
+  EXPECT_NE(0, train(inf_theta, "inf", "", &out));
+  EXPECT_NE(out.find("model_config.rope_theta must be a finite number, got .inf"), std::string::npos) << out;
+  fs::create_directories(root + "/a_directory");
+  EXPECT_NE(0, run_command(cli() + " train " + root + "/a_directory", &out));
+  EXPECT_NE(out.find("it is a directory"), std::string::npos) << out;
+
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
+  EXPECT_NE(out.find("--steps must be at least 1"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
+  EXPECT_NE(out.find("device must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
+
+  fs::create_directories(root + "/deep");
+  write_file(root + "/deep/config.json",
+             R"({"model_type": "llama", "vocab_size": 257, "hidden_size": 32, "intermediate_size": 48,
+                 "num_hidden_layers": 1000000000, "num_attention_heads": 4})");
+  EXPECT_NE(0, run_command(cli() + " info " + root + "/deep", &out));
+  EXPECT_NE(out.find("\"num_hidden_layers\""), std::string::npos) << out;
+
+  ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 1, 0), "ok", "", &out)) << out;
+  for (const auto& [flags, message] : {std::pair{"--temperature -1", "--temperature must be a finite number >= 0"},
+                                       std::pair{"--temperature nan", "--temperature must be a finite number >= 0"},
+                                       std::pair{"--top-k -1", "--top-k must be 0"},
+                                       std::pair{"--max-new-tokens -5", "--max-new-tokens must be 0 or more"},
+                                       std::pair{"--device tpu", "device must be auto, cpu or cuda"}}) {
+    EXPECT_NE(0, run_command(cli() + " generate " + root + "/ok " + flags, &out)) << flags;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
+  }
+}
+
+// Replacing something never loses it to a failed attempt: a train --overwrite that fails keeps
+// the old run, export refuses to write over the checkpoint it reads, a prepare --overwrite that
+// fails keeps the old dataset, and a damaged trainer_state.json is named on resume.
+TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;
+  const std::string weights = read_file(root + "/run/checkpoint-3/model.safetensors");
+  ASSERT_FALSE(weights.empty());
+  // lr 1e300 sends the weights to infinity at the first update: the new run fails at step 2.
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--overwrite --set learning_rate=1e300", &out));
+  EXPECT_NE(out.find("loss became"), std::string::npos) << out;
+  EXPECT_EQ(read_file(root + "/run/checkpoint-3/model.safetensors"), weights) << "the old run was not put back";
+  for (const auto& entry : fs::directory_iterator(root + "/run"))
+    EXPECT_EQ(entry.path().filename().string().find(".replaced-run"), std::string::npos) << entry.path();
+  // A successful --overwrite replaces it and leaves no hidden copy.
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "--overwrite", &out)) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3"));
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-2"));
+  for (const auto& entry : fs::directory_iterator(root + "/run"))
+    EXPECT_EQ(entry.path().filename().string().find(".replaced-run"), std::string::npos) << entry.path();
+
+  const std::string ckpt = root + "/run/checkpoint-2";
+  for (const std::string& target : {ckpt, root + "/run"}) {
+    EXPECT_NE(0, run_command(cli() + " export " + ckpt + " " + target + " --overwrite", &out)) << target;
+    EXPECT_NE(out.find("choose another output"), std::string::npos) << out;
+  }
+  EXPECT_TRUE(fs::exists(ckpt + "/optimizer.safetensors"));
+  EXPECT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+
+  const std::string meta = read_file(data + "/meta.json"), shard = read_file(data + "/train-00000.bin");
+  write_file(root + "/empty.txt", "");
+  EXPECT_NE(0, run_command(cli() + " prepare " + root + "/empty.txt -o " + data + " --overwrite", &out));
+  EXPECT_NE(out.find("is empty"), std::string::npos) << out;
+  EXPECT_EQ(read_file(data + "/meta.json"), meta);
+  EXPECT_EQ(read_file(data + "/train-00000.bin"), shard);
+
+  write_file(ckpt + "/trainer_state.json", R"({"step": "two"})");
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find("trainer_state.json: key \"step\" must be a non-negative integer"), std::string::npos) << out;
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

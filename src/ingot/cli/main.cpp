@@ -2,6 +2,7 @@
 // every ingot::Error becomes one "error: ..." line on stderr and exit status 1.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <unistd.h>
@@ -43,6 +44,8 @@ int command_train(const std::string& config_path, const std::vector<std::string>
 
 int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision,
                  const RecipeOptions& recipe_options, const std::string& recompute) {
+  INGOT_CHECK(seq >= 1 && micro_batch >= 1, "info: --seq and --micro-batch must be positive, got ", seq, " and ",
+              micro_batch);
   const std::string dir = resolve_model_dir(model_dir);
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
@@ -67,10 +70,18 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
 
 int command_export(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
                    const std::string& max_shard, bool overwrite) {
+  INGOT_CHECK(!out_dir.empty(), "export: the output directory must not be empty");
   const std::string dir = resolve_model_dir(source);
   const ModelConfig config = load_model_config(dir);
   const DType dtype = io::parse_disk_dtype(dtype_name);
   const int64_t max_shard_bytes = io::parse_byte_size(max_shard);
+  // Replacing the output deletes it: never when the checkpoint being read is it or lies inside it.
+  const fs::path source_path = fs::weakly_canonical(dir), out_path = fs::weakly_canonical(out_dir);
+  const auto [out_end, source_at] = std::mismatch(out_path.begin(), out_path.end(), source_path.begin(), source_path.end());
+  if (out_end == out_path.end())
+    fail("export: output ", out_dir, " is the checkpoint ", dir, " or a directory holding it; choose another output");
+  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+    fail("export: output ", out_dir, " exists and is not a directory");
   if (fs::exists(out_dir) && !fs::is_empty(out_dir) && !overwrite)
     fail("export: ", out_dir, " exists and is not empty; pass --overwrite to replace it");
   Context ctx;

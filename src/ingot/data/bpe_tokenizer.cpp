@@ -406,10 +406,23 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
       return std::make_pair(bytes, true);
     };
     const json& vocab = model.at("vocab");
+    if (!vocab.is_object()) fail(t->path, ": model.vocab must be an object of token -> id, got ", vocab.type_name());
+    // Ids index tables of vocab_size entries: a negative or absurd id (real vocabularies stay
+    // below a million) is an error here, not a crash or a giant allocation later.
+    constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
+    auto checked_id = [&](const json& id_json, const char* where, const std::string& token) {
+      if (!id_json.is_number_integer())
+        fail(t->path, ": ", where, " id of token \"", token, "\" must be an integer, got ", id_json.dump());
+      const int64_t id = id_json.get<int64_t>();
+      if (id < 0 || id > kMaxTokenId)
+        fail(t->path, ": ", where, " id ", id, " of token \"", token, "\" is outside [0, ", kMaxTokenId, "]");
+      return static_cast<int32_t>(id);
+    };
     int64_t max_id = -1;
-    for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+    for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, checked_id(id, "vocab", token));
     const json added = root.value("added_tokens", json::array());
-    for (const auto& a : added) max_id = std::max<int64_t>(max_id, a.at("id").get<int64_t>());
+    for (const auto& a : added)
+      max_id = std::max<int64_t>(max_id, checked_id(a.at("id"), "added token", a.value("content", std::string())));
     t->vocab_size = max_id + 1;
     t->id_to_token.assign(t->vocab_size, std::string());
     t->id_to_bytes.assign(t->vocab_size, std::string());
@@ -417,7 +430,8 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     t->token_to_id.reserve(vocab.size() + added.size());
     for (const auto& [token, id_json] : vocab.items()) {
       const int32_t id = id_json.get<int32_t>();
-      INGOT_CHECK(id >= 0, t->path, ": negative id ", id, " for token \"", token, "\"");
+      if (!t->id_to_token[id].empty())
+        fail(t->path, ": vocab id ", id, " is given to both \"", t->id_to_token[id], "\" and \"", token, "\"");
       if (utf8_find_invalid(token) != std::string_view::npos)
         fail(t->path, ": vocab token with id ", id, " is not valid UTF-8");
       t->id_to_token[id] = token;

@@ -87,6 +87,7 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
   const int64_t T = seq_len_;
 
   shard_begin_.push_back(0);
+  bool any_target = false;  // a token the loss counts
   for (const std::string& file : files_) {
     Shard shard(file);
     const int64_t bad = shard.find_token_at_least(static_cast<uint64_t>(config.vocab_size));
@@ -103,11 +104,16 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
                   " at token index ", i, " is not 0 or 1");
     if (shard.num_tokens() == 0) continue;
     any_loss_mask_ = any_loss_mask_ || (use_loss_mask_ && shard.has_loss_mask());
+    if (!use_loss_mask_ || !shard.has_loss_mask() || std::find(mask.begin(), mask.end(), uint8_t{1}) != mask.end())
+      any_target = true;
     num_tokens_ += shard.num_tokens();
     shard_begin_.push_back(num_tokens_);
     shards_.push_back(std::move(shard));
   }
 
+  if (num_tokens_ > 0 && !any_target)
+    fail("data: no token of ", describe_files(files_), " is a training target (every loss-mask byte is 0); "
+         "check how the data was prepared, or set train_on_inputs: true to train on every token");
   window_tokens_.resize(T + 1);
   window_mask_.resize(T + 1);
   if (by_document()) {

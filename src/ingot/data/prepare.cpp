@@ -1,5 +1,7 @@
 #include "ingot/data/prepare.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -79,6 +81,9 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
           if (it->is_directory(ec)) it.disable_recursion_pending();
           continue;
         }
+        // An earlier dataset inside an input directory: its shards are binary (skipped below), and
+        // its meta.json is not text to train on.
+        if (p.filename() == "meta.json" && fs::exists(p.parent_path() / "train-00000.bin", ec)) continue;
         if (it->is_regular_file(ec)) found.push_back(p);
       }
       std::sort(found.begin(), found.end());
@@ -153,25 +158,54 @@ class ShardSink {
   std::unique_ptr<ShardWriter> writer_;
 };
 
-// Removes the shards and meta.json of an earlier run, or refuses to when overwrite is off.
-void clear_output(const PrepareOptions& options) {
-  const fs::path dir(options.output_dir);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
-  std::vector<fs::path> old;
+// The shards and meta.json of an earlier run in dir.
+std::vector<fs::path> dataset_files(const fs::path& dir) {
+  std::vector<fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name == "meta.json" || name == "meta.json.tmp" ||
         (name.rfind("train-", 0) == 0 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))))
-      old.push_back(entry.path());
+      files.push_back(entry.path());
   }
-  if (old.empty()) return;
-  INGOT_CHECK(options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
-              old.front().filename().string(), " (", old.size(),
-              " dataset files); choose another directory or set overwrite (--overwrite)");
-  for (const fs::path& p : old) fs::remove(p);
+  return files;
 }
+
+// Creates the output directory; refuses one holding a dataset unless overwrite is on. Nothing is
+// deleted here: the new dataset is built aside and replaces the old one only once it is complete.
+void check_output(const PrepareOptions& options) {
+  const fs::path dir(options.output_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
+  const std::vector<fs::path> old = dataset_files(dir);
+  INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
+              old.empty() ? "" : old.front().filename().string(), " (", old.size(),
+              " dataset files); choose another directory or set overwrite (--overwrite)");
+}
+
+// A hidden folder inside the output directory (same filesystem, so the final moves are renames;
+// hidden, so a later prepare of the parent skips it). Removed unless commit() ran.
+struct StagingDir {
+  fs::path path;
+  bool committed = false;
+  explicit StagingDir(const fs::path& out) : path(out / (".prepare-" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~StagingDir() {
+    std::error_code ec;
+    if (!committed) fs::remove_all(path, ec);
+  }
+  // Old dataset out, new one in: shards first, meta.json (the mark of a complete dataset) last.
+  void commit(const fs::path& out) {
+    for (const fs::path& p : dataset_files(out)) fs::remove(p);
+    std::vector<fs::path> staged = dataset_files(path);
+    std::stable_partition(staged.begin(), staged.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
+    for (const fs::path& p : staged) fs::rename(p, out / p.filename());
+    fs::remove_all(path);
+    committed = true;
+  }
+};
 
 }  // namespace
 
@@ -378,8 +412,9 @@ std::string PrepareReport::to_string() const {
   return s.str();
 }
 
-PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer) {
-  INGOT_CHECK(!options.output_dir.empty(), "prepare: no output directory given");
+PrepareReport prepare_dataset(const PrepareOptions& request, const Tokenizer& tokenizer) {
+  INGOT_CHECK(!request.output_dir.empty(), "prepare: no output directory given");
+  const PrepareOptions& options = request;
   INGOT_CHECK(options.shard_tokens > 0, "prepare: shard_tokens must be positive, got ",
               options.shard_tokens);
   INGOT_CHECK(options.max_seq_len >= 0, "prepare: max_seq_len must be >= 0, got ",
@@ -401,11 +436,14 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(tokenizer.eos_id() >= 0, "prepare: the tokenizer has no end-of-text token to "
                                          "separate documents (eos_token in tokenizer_config.json)");
   }
-  const std::vector<InputFile> files = collect_inputs(options);
-  clear_output(options);
+  const std::vector<InputFile> files = collect_inputs(request);
+  check_output(request);
+  StagingDir staging(request.output_dir);
+  PrepareOptions staged = request;  // every file is written into the staging folder
+  staged.output_dir = staging.path.string();
 
   PrepareReport report;
-  report.output_dir = options.output_dir;
+  report.output_dir = request.output_dir;
   if (format) report.chat_format = format->name();
   int64_t total_bytes = 0;
   for (const InputFile& f : files) {
@@ -414,7 +452,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     if (!ec) total_bytes += static_cast<int64_t>(size);
   }
   Progress progress(options.log, options.progress_tty, total_bytes);
-  ShardSink sink(options, tokenizer, report, chat);
+  ShardSink sink(staged, tokenizer, report, chat);
   DocumentEncoder encoder(options, tokenizer, format ? &*format : nullptr, sink, report, progress);
   auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
     encoder.add({std::move(where), std::string(text), {}, {}, bytes});
@@ -545,10 +583,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     encoder.flush();
     sink.close();
   } catch (...) {
-    // Leave no partial dataset behind: a loader pointed at the directory would read it silently.
+    // The partial dataset goes with the staging folder; the output directory is untouched.
     sink.abandon();
-    for (const PreparedShard& shard : report.shards)
-      fs::remove(fs::path(options.output_dir) / shard.file);
     throw;
   }
   progress.finish();
@@ -593,8 +629,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["shards"].push_back({{"file", shard.file},
                               {"num_tokens", shard.num_tokens},
                               {"num_documents", shard.num_documents}});
-  const fs::path meta_path = fs::path(options.output_dir) / "meta.json";
-  const fs::path meta_temp = fs::path(options.output_dir) / "meta.json.tmp";
+  const fs::path meta_path = staging.path / "meta.json";
+  const fs::path meta_temp = staging.path / "meta.json.tmp";
   {
     std::ofstream out(meta_temp, std::ios::binary);
     out << meta.dump(2) << "\n";
@@ -606,6 +642,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   if (ec)
     fail("prepare: cannot rename ", meta_temp.string(), " to ", meta_path.string(), ": ",
          ec.message());
+  staging.commit(request.output_dir);
   if (options.log) *options.log << report.to_string() << "\n";
   return report;
 }

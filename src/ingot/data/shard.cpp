@@ -198,6 +198,9 @@ void write_shard(const std::string& path, const ShardData& data) {
 // ---- reader ----
 
 Shard::Shard(const std::string& path) : path_(path) {
+  struct stat path_st;  // before open: opening a FIFO would wait for a writer forever
+  if (::stat(path.c_str(), &path_st) == 0 && !S_ISREG(path_st.st_mode))
+    fail("shard ", path, ": not a regular file");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("shard ", path, ": cannot open: ", std::strerror(errno));
   struct stat st;

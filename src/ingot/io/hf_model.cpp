@@ -82,7 +82,9 @@ int64_t parse_byte_size(const std::string& text) {
   else if (unit == "MIB") multiplier = 1024.0 * 1024;
   else if (unit == "GIB") multiplier = 1024.0 * 1024 * 1024;
   else fail("invalid size unit in \"", text, "\" (use B, KB, MB, GB, KiB, MiB or GiB)");
-  return static_cast<int64_t>(number * multiplier);
+  const double bytes = number * multiplier;
+  INGOT_CHECK(bytes >= 1 && bytes < 9.0e18, "size \"", text, "\" must be at least 1 byte and below 9 EB");
+  return static_cast<int64_t>(bytes);
 }
 
 DType parse_disk_dtype(const std::string& text) {

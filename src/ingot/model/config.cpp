@@ -160,8 +160,16 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.intermediate_size = fields.require_int("intermediate_size");
   config.num_hidden_layers = fields.require_int("num_hidden_layers");
   config.num_attention_heads = fields.require_int("num_attention_heads");
-  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"})
-    if (fields.get_int(key, 0) <= 0) fail("key \"", key, "\" in ", source, " must be > 0, got ", fields.get_int(key, 0));
+  // Upper bounds far above any real model keep a corrupt value from turning into an hours-long
+  // per-layer allocation or an overflowing size (the largest open models: vocab ~256k, hidden
+  // ~16k, MLP ~53k, 126 layers, 128 heads).
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab_size", int64_t{1} << 24}, {"hidden_size", int64_t{1} << 18},
+                                                  {"intermediate_size", int64_t{1} << 20}, {"num_hidden_layers", 4096},
+                                                  {"num_attention_heads", 4096}};
+  for (const auto& [key, maximum] : sizes) {
+    const int64_t v = fields.get_int(key, 0);
+    if (v <= 0 || v > maximum) fail("key \"", key, "\" in ", source, " must be in [1, ", maximum, "], got ", v);
+  }
 
   config.num_key_value_heads = fields.get_int("num_key_value_heads", config.num_attention_heads);
   // Qwen3Config's default head_dim is 128, independent of hidden_size; the others derive it.
@@ -218,8 +226,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     fail("num_attention_heads (", config.num_attention_heads, ") in ", source,
          " is not a multiple of num_key_value_heads (", config.num_key_value_heads, ")");
-  if (config.head_dim <= 0 || config.head_dim % 2 != 0)
-    fail("head_dim in ", source, " must be positive and even (RoPE rotates pairs), got ", config.head_dim,
+  if (config.head_dim <= 0 || config.head_dim % 2 != 0 || config.head_dim > 4096)
+    fail("head_dim in ", source, " must be positive, even (RoPE rotates pairs) and at most 4096, got ", config.head_dim,
          fields.find("head_dim") ? "" : " (derived as hidden_size / num_attention_heads)");
   if (config.max_position_embeddings <= 0)
     fail("key \"max_position_embeddings\" in ", source, " must be > 0, got ", config.max_position_embeddings);

@@ -60,6 +60,10 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
 }
 
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
+  INGOT_CHECK(o.steps >= 1, "ingot bench: --steps must be at least 1, got ", o.steps);
+  INGOT_CHECK(o.warmup >= 0, "ingot bench: --warmup must be 0 or more, got ", o.warmup);
+  INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
+              " and ", o.micro_batch);
   const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
   DeviceContext device(o.device, 0);

@@ -48,6 +48,10 @@ static int32_t sample(std::vector<double> logits, double temperature, int64_t to
 }
 
 std::string generate_text(const GenerateOptions& o, std::ostream* out) {
+  INGOT_CHECK(o.max_new_tokens >= 0, "ingot generate: --max-new-tokens must be 0 or more, got ", o.max_new_tokens);
+  INGOT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
+              "ingot generate: --temperature must be a finite number >= 0 (0 is greedy), got ", o.temperature);
+  INGOT_CHECK(o.top_k >= 0, "ingot generate: --top-k must be 0 (all tokens) or more, got ", o.top_k);
   const std::string dir = resolve_model_dir(o.model_dir);
   const ModelConfig config = load_model_config(dir);
   const auto tokenizer = load_tokenizer(dir, o.tokenizer);

@@ -1,9 +1,11 @@
 #include "ingot/train/train_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -13,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ingot/core/error.h"
+#include "ingot/io/json_util.h"
 #include "ingot/optim/lr_schedule.h"
 
 namespace ingot {
@@ -90,16 +93,21 @@ std::string closest_key(const std::string& key, const std::vector<std::string>& 
 
 namespace {
 
-nlohmann::json yaml_to_json(const YAML::Node& node) {
+// `where` names the node for errors ("config.yaml: model_config.rope_theta").
+nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
   switch (node.Type()) {
     case YAML::NodeType::Map: {
       nlohmann::json object = nlohmann::json::object();
-      for (const auto& item : node) object[item.first.as<std::string>()] = yaml_to_json(item.second);
+      for (const auto& item : node) {
+        if (!item.first.IsScalar()) fail(where, ": keys must be plain names");
+        const std::string key = item.first.Scalar();
+        object[key] = yaml_to_json(item.second, where + "." + key);
+      }
       return object;
     }
     case YAML::NodeType::Sequence: {
       nlohmann::json array = nlohmann::json::array();
-      for (const auto& item : node) array.push_back(yaml_to_json(item));
+      for (const auto& item : node) array.push_back(yaml_to_json(item, where + "[" + std::to_string(array.size()) + "]"));
       return array;
     }
     case YAML::NodeType::Scalar: {
@@ -110,12 +118,22 @@ nlohmann::json yaml_to_json(const YAML::Node& node) {
       double d;
       if (YAML::convert<bool>::decode(node, b) && text != "y" && text != "n") return b;
       if (YAML::convert<int64_t>::decode(node, i)) return i;
-      if (YAML::convert<double>::decode(node, d)) return d;
+      if (YAML::convert<double>::decode(node, d)) {
+        // JSON has no inf or nan: they would turn into null and then into the key's default.
+        if (!std::isfinite(d)) fail(where, " must be a finite number, got ", text);
+        return d;
+      }
       return text;
     }
     default:
       return nullptr;
   }
+}
+
+std::string format_number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
 }
 
 struct Setter {
@@ -137,17 +155,28 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   auto str = [&](const char* key, std::string TrainConfig::*field) {
     s[key] = {[=](TrainConfig& c, const YAML::Node& n) { c.*field = scalar_as<std::string>(n, key, source, "a string"); }};
   };
-  auto integer = [&](const char* key, int64_t TrainConfig::*field, int64_t minimum) {
+  // Upper bounds keep absurd values from reaching allocations (a crash or an hours-long
+  // allocation instead of a message); they sit far above any real run.
+  auto integer = [&](const char* key, int64_t TrainConfig::*field, int64_t minimum,
+                     int64_t maximum = std::numeric_limits<int64_t>::max()) {
     s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
       const int64_t v = scalar_as<int64_t>(n, key, source, "an integer");
-      if (v < minimum) fail(source, ": key \"", key, "\" must be >= ", minimum, ", got ", v);
+      if (v < minimum || v > maximum)
+        fail(source, ": key \"", key, "\" must be ", maximum == std::numeric_limits<int64_t>::max()
+                 ? ">= " + std::to_string(minimum)
+                 : "between " + std::to_string(minimum) + " and " + std::to_string(maximum), ", got ", v);
       c.*field = v;
     }};
   };
-  auto real = [&](const char* key, double TrainConfig::*field, double minimum) {
+  auto real = [&](const char* key, double TrainConfig::*field, double minimum,
+                  double maximum = std::numeric_limits<double>::max()) {
     s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
       const double v = scalar_as<double>(n, key, source, "a number");
-      if (!(v >= minimum)) fail(source, ": key \"", key, "\" must be >= ", minimum, ", got ", n.Scalar());
+      if (!(v >= minimum && v <= maximum))  // also refuses nan and inf
+        fail(source, ": key \"", key, "\" must be a finite number ",
+             maximum == std::numeric_limits<double>::max() ? ">= " + format_number(minimum)
+                                                           : "in [" + format_number(minimum) + ", " + format_number(maximum) + "]",
+             ", got ", n.Scalar());
       c.*field = v;
     }};
   };
@@ -157,7 +186,7 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   str("model", &TrainConfig::model);
   s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n) {
     if (n.IsMap()) {
-      c.model_config = yaml_to_json(n).dump();
+      c.model_config = yaml_to_json(n, source + ": model_config").dump();
       c.model_config_inline = true;
     } else {
       c.model_config = scalar_as<std::string>(n, "model_config", source, "a path or a mapping");
@@ -173,17 +202,17 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
     }
   }};
   real("val_fraction", &TrainConfig::val_fraction, 0.0);
-  integer("sequence_len", &TrainConfig::sequence_len, 1);
+  integer("sequence_len", &TrainConfig::sequence_len, 1, int64_t{1} << 24);
   str("packing", &TrainConfig::packing);
   boolean("train_on_inputs", &TrainConfig::train_on_inputs);
-  integer("micro_batch_size", &TrainConfig::micro_batch_size, 1);
-  integer("gradient_accumulation_steps", &TrainConfig::gradient_accumulation_steps, 1);
+  integer("micro_batch_size", &TrainConfig::micro_batch_size, 1, int64_t{1} << 20);
+  integer("gradient_accumulation_steps", &TrainConfig::gradient_accumulation_steps, 1, int64_t{1} << 20);
   integer("max_steps", &TrainConfig::max_steps, 1);
   real("learning_rate", &TrainConfig::learning_rate, 0.0);
   str("lr_scheduler_type", &TrainConfig::lr_scheduler_type);
   integer("warmup_steps", &TrainConfig::warmup_steps, 0);
-  real("min_lr_ratio", &TrainConfig::min_lr_ratio, 0.0);
-  real("wsd_decay_ratio", &TrainConfig::wsd_decay_ratio, 0.0);
+  real("min_lr_ratio", &TrainConfig::min_lr_ratio, 0.0, 1.0);
+  real("wsd_decay_ratio", &TrainConfig::wsd_decay_ratio, 0.0, 1.0);
   real("weight_decay", &TrainConfig::weight_decay, 0.0);
   real("adam_beta1", &TrainConfig::adam_beta1, 0.0);
   real("adam_beta2", &TrainConfig::adam_beta2, 0.0);
@@ -206,7 +235,7 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   str("optimizer_state_dtype", &TrainConfig::optimizer_state_dtype);
   boolean("cuda_graph", &TrainConfig::cuda_graph);
   str("recompute", &TrainConfig::recompute);
-  integer("num_threads", &TrainConfig::num_threads, 0);
+  integer("num_threads", &TrainConfig::num_threads, 0, 1024);
   integer("logits_chunk_tokens", &TrainConfig::logits_chunk_tokens, 0);
   real("init_std", &TrainConfig::init_std, 0.0);
   return s;
@@ -246,6 +275,12 @@ void validate(const TrainConfig& c) {
     fail(src, ": ", e.what());
   }
   if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
+  if (c.output_dir.empty()) fail(src, ": key \"output_dir\" must not be empty");
+  // The host stages a step's tokens (ids, targets, positions, segments: 16 bytes a token).
+  constexpr int64_t kMaxTokensPerStep = int64_t{1} << 28;
+  if (c.micro_batch_size * c.sequence_len > kMaxTokensPerStep / c.gradient_accumulation_steps)
+    fail(src, ": micro_batch_size x sequence_len x gradient_accumulation_steps = ", c.micro_batch_size, " x ",
+         c.sequence_len, " x ", c.gradient_accumulation_steps, " tokens a step is above the limit of ", kMaxTokensPerStep);
 }
 
 }  // namespace
@@ -283,11 +318,7 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream file(path);
-  if (!file) fail("cannot read config file ", path, ": ", std::filesystem::exists(path) ? "permission denied" : "no such file");
-  std::stringstream text;
-  text << file.rdbuf();
-  TrainConfig config = parse_train_config(text.str(), path, overrides);
+  TrainConfig config = parse_train_config(io::read_text_file(path, "config file"), path, overrides);
   // A relative path that names nothing from the current directory is taken from the config
   // file's directory when it names something there. A train_data glob "names something" when it
   // matches a file: it is expanded only later, by the data loader.

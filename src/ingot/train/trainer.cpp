@@ -1,10 +1,13 @@
 #include "ingot/train/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <memory>
 #include <ostream>
 #include <thread>
 
@@ -30,6 +33,8 @@ namespace ingot {
 namespace fs = std::filesystem;
 
 DeviceContext::DeviceContext(const std::string& device, int64_t num_threads) {
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    fail("device must be auto, cpu or cuda, got \"", device, "\"");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ctx_.num_threads = num_threads > 0 ? static_cast<int>(num_threads) : cores;
   bool want_cuda = device == "cuda";
@@ -69,24 +74,62 @@ std::string format_duration(double seconds) {
   return buf;
 }
 
+// The files of a run in dir: its checkpoints, metrics and plot.
+std::vector<fs::path> run_files(const fs::path& dir) {
+  std::vector<fs::path> files;
+  for (const std::string& ckpt : list_checkpoints(dir.string())) files.emplace_back(ckpt);
+  for (const char* name : {"metrics.jsonl", "loss.svg"})
+    if (fs::exists(dir / name)) files.push_back(dir / name);
+  return files;
+}
+
+// --overwrite moves the old run into a hidden folder of output_dir and deletes it only when the
+// new run has finished; a run that fails puts the old one back (one killed outright leaves it in
+// the folder), so replacing a run never loses it to a failed attempt.
+class ReplacedRun {
+ public:
+  ReplacedRun(const fs::path& dir, const std::vector<fs::path>& old) : dir_(dir) {
+    if (old.empty()) return;
+    aside_ = dir / (".replaced-run-" + std::to_string(::getpid()));
+    fs::remove_all(aside_);
+    fs::create_directories(aside_);
+    for (const fs::path& p : old) fs::rename(p, aside_ / p.filename());
+  }
+  ~ReplacedRun() {
+    if (aside_.empty()) return;
+    std::error_code ec;
+    if (finished_) {
+      fs::remove_all(aside_, ec);
+      return;
+    }
+    for (const fs::path& p : run_files(dir_)) fs::remove_all(p, ec);  // the failed run's
+    for (const auto& entry : fs::directory_iterator(aside_, ec)) fs::rename(entry.path(), dir_ / entry.path().filename(), ec);
+    fs::remove(aside_, ec);
+  }
+  ReplacedRun(const ReplacedRun&) = delete;
+  ReplacedRun& operator=(const ReplacedRun&) = delete;
+  void finished() { finished_ = true; }
+
+ private:
+  fs::path dir_, aside_;
+  bool finished_ = false;
+};
+
 // Refuses to mix a new run into an old one unless the user said which they want.
-void prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
+std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
   const fs::path dir(c.output_dir);
-  const bool has_run = fs::exists(dir / "metrics.jsonl") || !list_checkpoints(c.output_dir).empty();
+  if (fs::exists(dir) && !fs::is_directory(dir)) fail("output_dir ", c.output_dir, " exists and is not a directory");
+  const std::vector<fs::path> old = fs::exists(dir) ? run_files(dir) : std::vector<fs::path>{};
   if (o.resume) {
     if (list_checkpoints(c.output_dir).empty())
       fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
-    return;
+    return nullptr;
   }
-  if (has_run && !o.overwrite)
+  if (!old.empty() && !o.overwrite)
     fail("output_dir ", c.output_dir, " already holds a run (metrics.jsonl or checkpoint-*); "
          "pass --resume to continue it or --overwrite to replace it");
-  if (has_run) {
-    for (const std::string& ckpt : list_checkpoints(c.output_dir)) fs::remove_all(ckpt);
-    fs::remove(dir / "metrics.jsonl");
-    fs::remove(dir / "loss.svg");
-  }
   fs::create_directories(dir);
+  return std::make_unique<ReplacedRun>(dir, old);
 }
 
 // Files that make a checkpoint self-contained for generation and export.
@@ -154,7 +197,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
-  prepare_output_dir(c, options);
+  const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
 
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
@@ -198,8 +241,14 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   if (options.resume) {
     const std::string dir = list_checkpoints(c.output_dir).back();
     const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
-    start_step = state.at("step").get<int64_t>();
-    loader.restore_state(state.at("data"));
+    const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
+    if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
+      fail(state_file, ": key \"step\" must be a non-negative integer, got ",
+           state.is_object() && state.contains("step") ? state["step"].dump() : std::string("nothing"));
+    if (!state.contains("data") || !state["data"].is_object())
+      fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
+    start_step = state["step"].get<int64_t>();
+    loader.restore_state(state["data"]);
     log << "resumed from " << dir << " at step " << start_step << "\n";
     for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
   }
@@ -279,7 +328,13 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     const Launched info = in_flight.front();
     in_flight.pop_front();
     const double loss = info.count ? res.loss_sum / static_cast<double>(info.count) : 0.0;
-    if (!std::isfinite(loss)) fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
+    if (!std::isfinite(loss)) {
+      // The first step's loss comes from weights no update has touched yet.
+      if (info.step == start_step + 1)
+        fail("loss is ", loss, " at step ", info.step, ", before any update: check the starting weights (",
+             c.model.empty() ? "init_std" : c.model, ") and the data");
+      fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
+    }
     ++window_steps;
     const int64_t done = info.step;
     result.final_loss = loss;
@@ -337,6 +392,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
   const auto checkpoints = list_checkpoints(c.output_dir);
   if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();
+  if (replaced) replaced->finished();
   return result;
 }
 
