@@ -412,9 +412,8 @@ std::string PrepareReport::to_string() const {
   return s.str();
 }
 
-PrepareReport prepare_dataset(const PrepareOptions& request, const Tokenizer& tokenizer) {
-  INGOT_CHECK(!request.output_dir.empty(), "prepare: no output directory given");
-  const PrepareOptions& options = request;
+PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer) {
+  INGOT_CHECK(!options.output_dir.empty(), "prepare: no output directory given");
   INGOT_CHECK(options.shard_tokens > 0, "prepare: shard_tokens must be positive, got ",
               options.shard_tokens);
   INGOT_CHECK(options.max_seq_len >= 0, "prepare: max_seq_len must be >= 0, got ",
@@ -436,14 +435,14 @@ PrepareReport prepare_dataset(const PrepareOptions& request, const Tokenizer& to
     INGOT_CHECK(tokenizer.eos_id() >= 0, "prepare: the tokenizer has no end-of-text token to "
                                          "separate documents (eos_token in tokenizer_config.json)");
   }
-  const std::vector<InputFile> files = collect_inputs(request);
-  check_output(request);
-  StagingDir staging(request.output_dir);
-  PrepareOptions staged = request;  // every file is written into the staging folder
+  const std::vector<InputFile> files = collect_inputs(options);
+  check_output(options);
+  StagingDir staging(options.output_dir);
+  PrepareOptions staged = options;  // every file is written into the staging folder
   staged.output_dir = staging.path.string();
 
   PrepareReport report;
-  report.output_dir = request.output_dir;
+  report.output_dir = options.output_dir;
   if (format) report.chat_format = format->name();
   int64_t total_bytes = 0;
   for (const InputFile& f : files) {
@@ -642,7 +641,7 @@ PrepareReport prepare_dataset(const PrepareOptions& request, const Tokenizer& to
   if (ec)
     fail("prepare: cannot rename ", meta_temp.string(), " to ", meta_path.string(), ": ",
          ec.message());
-  staging.commit(request.output_dir);
+  staging.commit(options.output_dir);
   if (options.log) *options.log << report.to_string() << "\n";
   return report;
 }
