@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "ingot/core/context.h"
@@ -57,6 +58,22 @@ inline std::vector<uint8_t> read_bytes(const Tensor& t, CudaState* state) {
   std::vector<uint8_t> out(static_cast<size_t>(t.bytes()));
   cuda::copy_to_host(out.data(), t.data, t.bytes(), state);
   return out;
+}
+
+// Packed documents: segment ids increase along each row, documents of random length.
+inline std::vector<int32_t> make_segments(int64_t B, int64_t T, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(2, T / 3));
+  std::vector<int32_t> seg(static_cast<size_t>(B * T));
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t id = 0;
+    int64_t left = len(rng);
+    for (int64_t t = 0; t < T; ++t) {
+      if (left-- == 0) { ++id; left = len(rng) - 1; }
+      seg[b * T + t] = id;
+    }
+  }
+  return seg;
 }
 
 // Perf-mode tests print timings and assert nothing; they run only with INGOT_CUDA_PERF=1.

@@ -355,6 +355,30 @@ TEST_F(CudaAttention, PerfShortSequences) {
   }
 }
 
+// Packed rows (segment ids, as SFT data trains) take the CUDA-core kernels: cuDNN's fused engines
+// accept no per-token document mask in this graph form (a segment-id comparison added to the
+// causal mask finalizes no engine config, cuDNN 9.14). What that costs, against cuDNN on the same
+// rows with causal attention over the whole row: Llama-3.2-1B's heads, B x T = 4 x 4096,
+// documents of random length.
+TEST_F(CudaAttention, PerfPackedRows) {
+  if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  const int64_t B = 4, T = 4096, Hq = 32, Hkv = 8, D = 64;
+  const double scale = 1.0 / std::sqrt(double(D));
+  const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 51);
+  const std::vector<int32_t> ids = make_segments(B, T, 52);
+  Tensor seg = alloc(DType::i32, {B, T});
+  cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
+  std::printf("packed attention on %s, %ld x %ld tokens, %ld/%ld/%ld heads; fwd + bwd ms (median of 5):\n",
+              cuda::device_name().c_str(), long(B), long(T), long(Hq), long(Hkv), long(D));
+  for (const auto& [label, segments] : {std::pair{"segment ids", seg}, std::pair{"whole-row causal", Tensor{}}}) {
+    const double ms = median_ms(state_, [&] {
+      ops::attention_forward(gpu, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
+      ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
+    }, 1, 5);
+    std::printf("  %-18s %8.3f ms  (%s)\n", label, ms, cuda::attention_last_path());
+  }
+}
+
 // Does cuDNN's deterministic backward pay for grouped kv heads? Llama-3.2-1B's attention at
 // 4096 x 4 with its 8 kv heads against the same 32 query heads with 32 kv heads (MHA).
 TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {

@@ -448,22 +448,6 @@ std::string attention_name(const AttentionCase& c) {
          " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D) + (c.segments ? " +segments" : "");
 }
 
-// Packed documents: segment ids increase along each row, documents of random length.
-std::vector<int32_t> make_segments(int64_t B, int64_t T, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> len(1, std::max<int64_t>(2, T / 3));
-  std::vector<int32_t> seg(static_cast<size_t>(B * T));
-  for (int64_t b = 0; b < B; ++b) {
-    int32_t id = 0;
-    int64_t left = len(rng);
-    for (int64_t t = 0; t < T; ++t) {
-      if (left-- == 0) { ++id; left = len(rng) - 1; }
-      seg[b * T + t] = id;
-    }
-  }
-  return seg;
-}
-
 TEST_F(CudaOps, Attention) {
   const AttentionCase cases[] = {
       {2, 77, 4, 2, 64, false},   // GQA, T not a multiple of the 64-row tile
