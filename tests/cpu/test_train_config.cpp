@@ -82,6 +82,13 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
   EXPECT_NE(message(kMinimal, {"seed"}).find("key=value"), std::string::npos);
   EXPECT_NE(message("a: [1,\n").find("bad.yaml"), std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "zzzzzzzzzz: 1\n").find("docs/config.md"), std::string::npos);
+  // Silently ignored before (review, 2026-11-30): a key given twice, a second YAML document; and
+  // a bad --set value was reported as the file's.
+  EXPECT_NE(message(std::string(kMinimal) + "max_steps: 3\nmax_steps: 4\n").find("\"max_steps\" is given twice"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "---\nmax_steps: 4\n").find("2 YAML documents"), std::string::npos);
+  const std::string from_set = message(kMinimal, {"max_steps=many"});
+  EXPECT_NE(from_set.find("--set max_steps=many: key \"max_steps\" must be an integer"), std::string::npos) << from_set;
 }
 
 // grad_dtype / optimizer_state_dtype: parsed, checked against the precision, and carried into

@@ -292,6 +292,22 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
     EXPECT_NE(0, run_command(cli() + " generate " + root + "/ok " + flags, &out)) << flags;
     EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
   }
+
+  // A NaN in a checkpoint's weights: generate and export refuse it by tensor name (generate used
+  // to print garbage and exit 0). The first 4 bytes after the header belong to some f32 tensor.
+  fs::copy(root + "/ok/checkpoint-1", root + "/nan_model", fs::copy_options::recursive);
+  {
+    std::fstream f(root + "/nan_model/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    const uint32_t nan_bits = 0x7fc00000u;
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes));
+    f.write(reinterpret_cast<const char*>(&nan_bits), 4);
+  }
+  for (const std::string& command : {" generate " + root + "/nan_model", " export " + root + "/nan_model " + root + "/nan_out"}) {
+    EXPECT_NE(0, run_command(cli() + command, &out)) << command;
+    EXPECT_NE(out.find("holds a non-finite value"), std::string::npos) << command << "\n" << out;
+  }
 }
 
 // Replacing something never loses it to a failed attempt: a train --overwrite that fails keeps

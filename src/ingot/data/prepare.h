@@ -49,7 +49,7 @@ struct PrepareOptions {
   bool train_on_inputs = false;       // chat / alpaca: loss on every token, not only the assistant's
   int64_t max_seq_len = 0;            // > 0: longest document kept whole (tokens)
   OverflowPolicy overflow = OverflowPolicy::truncate;
-  int num_threads = 0;                // BPE encoding threads (<= 0: all cores)
+  int num_threads = 0;                // BPE encoding threads (0: all cores; at most 1024)
   bool progress_tty = false;          // progress redraws one line with \r instead of new lines
   std::vector<std::string> inputs;     // files and/or directories
   std::string output_dir;              // created if missing

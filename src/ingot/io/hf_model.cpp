@@ -1,6 +1,7 @@
 #include "ingot/io/hf_model.h"
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <unistd.h>
@@ -12,6 +13,27 @@
 namespace ingot::io {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Index of the first inf or nan among a host tensor's elements, or -1.
+int64_t first_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    double v = 0;
+    switch (t.dtype) {
+      case DType::f32: v = static_cast<const float*>(t.data)[i]; break;
+      case DType::f64: v = static_cast<const double*>(t.data)[i]; break;
+      case DType::bf16: v = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
+      case DType::f16: v = f16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
+      default: return -1;
+    }
+    if (!std::isfinite(v)) return i;
+  }
+  return -1;
+}
+
+}  // namespace
 
 void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
                      Tensor flat_weights) {
@@ -32,6 +54,9 @@ void load_hf_weights(Context& ctx, const std::string& path, const std::vector<Pa
       if (!reader.contains(piece.hf_name))
         fail("missing tensor \"", piece.hf_name, "\" in ", path, " (needed by config.json's architecture)");
       reader.read_into(piece.hf_name, rows);
+      // A model that holds inf or nan trains to nan and samples garbage: refuse it by name.
+      if (const int64_t bad = first_non_finite(rows); bad >= 0)
+        fail("tensor \"", piece.hf_name, "\" in ", path, " holds a non-finite value (inf or nan) at element ", bad);
     }
     copy_from_host(ctx, device_view, host.data());
   }

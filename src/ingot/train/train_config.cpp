@@ -7,6 +7,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <glob.h>
@@ -292,13 +293,22 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
   const auto setters = make_setters(source);
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
+    if (documents.size() > 1)
+      fail(source, ": holds ", documents.size(), " YAML documents (separated by ---); a config is one mapping");
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     fail(source, ": YAML syntax error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg);
   }
   if (root.IsDefined() && !root.IsNull()) {
     if (!root.IsMap()) fail(source, ": the config must be a mapping of key: value");
-    for (const auto& item : root) apply_key(config, setters, item.first.as<std::string>(), item.second, source);
+    std::set<std::string> seen;
+    for (const auto& item : root) {
+      if (!item.first.IsScalar()) fail(source, ": keys must be plain names");
+      const std::string key = item.first.Scalar();
+      if (!seen.insert(key).second) fail(source, ": key \"", key, "\" is given twice");
+      apply_key(config, setters, key, item.second, source);
+    }
   }
   for (const std::string& override_text : overrides) {
     const size_t eq = override_text.find('=');
@@ -311,7 +321,7 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
       fail("--set ", key, ": cannot parse value \"", override_text.substr(eq + 1), "\": ", e.msg);
     }
     if (value.IsNull()) value = YAML::Node(std::string());
-    apply_key(config, setters, key, value, "--set " + override_text);
+    apply_key(config, make_setters("--set " + override_text), key, value, "--set " + override_text);
   }
   validate(config);
   return config;
