@@ -77,8 +77,7 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   const int64_t max_shard_bytes = io::parse_byte_size(max_shard);
   // Replacing the output deletes it: never when the checkpoint being read is it or lies inside it.
   const fs::path source_path = fs::weakly_canonical(dir), out_path = fs::weakly_canonical(out_dir);
-  const auto [out_end, source_at] = std::mismatch(out_path.begin(), out_path.end(), source_path.begin(), source_path.end());
-  if (out_end == out_path.end())
+  if (std::mismatch(out_path.begin(), out_path.end(), source_path.begin(), source_path.end()).first == out_path.end())
     fail("export: output ", out_dir, " is the checkpoint ", dir, " or a directory holding it; choose another output");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
     fail("export: output ", out_dir, " exists and is not a directory");

@@ -99,13 +99,15 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
            " is not below the model's vocab size ", config.vocab_size, note.str());
     }
     const auto mask = shard.loss_mask();
-    for (size_t i = 0; i < mask.size(); ++i)
+    bool mask_has_target = false;
+    for (size_t i = 0; i < mask.size(); ++i) {
       INGOT_CHECK(mask[i] <= 1, "data: shard ", file, ": loss mask value ", int(mask[i]),
                   " at token index ", i, " is not 0 or 1");
+      mask_has_target = mask_has_target || mask[i] == 1;
+    }
     if (shard.num_tokens() == 0) continue;
     any_loss_mask_ = any_loss_mask_ || (use_loss_mask_ && shard.has_loss_mask());
-    if (!use_loss_mask_ || !shard.has_loss_mask() || std::find(mask.begin(), mask.end(), uint8_t{1}) != mask.end())
-      any_target = true;
+    any_target = any_target || !use_loss_mask_ || !shard.has_loss_mask() || mask_has_target;
     num_tokens_ += shard.num_tokens();
     shard_begin_.push_back(num_tokens_);
     shards_.push_back(std::move(shard));

@@ -16,21 +16,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Index of the first inf or nan among a host tensor's elements, or -1.
+// Index of the first inf or nan among a host tensor's elements, or -1. The dtype is resolved once,
+// outside the loop: this runs over every weight a model loads.
 int64_t first_non_finite(const Tensor& t) {
-  const int64_t n = t.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    double v = 0;
-    switch (t.dtype) {
-      case DType::f32: v = static_cast<const float*>(t.data)[i]; break;
-      case DType::f64: v = static_cast<const double*>(t.data)[i]; break;
-      case DType::bf16: v = bf16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
-      case DType::f16: v = f16_to_f32(static_cast<const uint16_t*>(t.data)[i]); break;
-      default: return -1;
-    }
-    if (!std::isfinite(v)) return i;
+  auto scan = [n = t.numel()](const auto* x, auto to_float) -> int64_t {
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(to_float(x[i]))) return i;
+    return -1;
+  };
+  const auto same = [](auto v) { return v; };
+  switch (t.dtype) {
+    case DType::f32: return scan(static_cast<const float*>(t.data), same);
+    case DType::f64: return scan(static_cast<const double*>(t.data), same);
+    case DType::bf16: return scan(static_cast<const uint16_t*>(t.data), bf16_to_f32);
+    case DType::f16: return scan(static_cast<const uint16_t*>(t.data), f16_to_f32);
+    default: return -1;
   }
-  return -1;
 }
 
 }  // namespace

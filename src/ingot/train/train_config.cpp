@@ -137,8 +137,9 @@ std::string format_number(double v) {
   return out.str();
 }
 
+// Sets one key from its YAML value; `where` (the config file, or "--set key=value") prefixes errors.
 struct Setter {
-  std::function<void(TrainConfig&, const YAML::Node&)> apply;
+  std::function<void(TrainConfig&, const YAML::Node&, const std::string& where)> apply;
 };
 
 template <typename T>
@@ -151,19 +152,21 @@ T scalar_as(const YAML::Node& node, const std::string& key, const std::string& s
   }
 }
 
-std::map<std::string, Setter> make_setters(const std::string& source) {
+std::map<std::string, Setter> make_setters() {
   std::map<std::string, Setter> s;
   auto str = [&](const char* key, std::string TrainConfig::*field) {
-    s[key] = {[=](TrainConfig& c, const YAML::Node& n) { c.*field = scalar_as<std::string>(n, key, source, "a string"); }};
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      c.*field = scalar_as<std::string>(n, key, where, "a string");
+    }};
   };
   // Upper bounds keep absurd values from reaching allocations (a crash or an hours-long
   // allocation instead of a message); they sit far above any real run.
   auto integer = [&](const char* key, int64_t TrainConfig::*field, int64_t minimum,
                      int64_t maximum = std::numeric_limits<int64_t>::max()) {
-    s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
-      const int64_t v = scalar_as<int64_t>(n, key, source, "an integer");
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      const int64_t v = scalar_as<int64_t>(n, key, where, "an integer");
       if (v < minimum || v > maximum)
-        fail(source, ": key \"", key, "\" must be ", maximum == std::numeric_limits<int64_t>::max()
+        fail(where, ": key \"", key, "\" must be ", maximum == std::numeric_limits<int64_t>::max()
                  ? ">= " + std::to_string(minimum)
                  : "between " + std::to_string(minimum) + " and " + std::to_string(maximum), ", got ", v);
       c.*field = v;
@@ -171,10 +174,10 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   };
   auto real = [&](const char* key, double TrainConfig::*field, double minimum,
                   double maximum = std::numeric_limits<double>::max()) {
-    s[key] = {[=](TrainConfig& c, const YAML::Node& n) {
-      const double v = scalar_as<double>(n, key, source, "a number");
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      const double v = scalar_as<double>(n, key, where, "a number");
       if (!(v >= minimum && v <= maximum))  // also refuses nan and inf
-        fail(source, ": key \"", key, "\" must be a finite number ",
+        fail(where, ": key \"", key, "\" must be a finite number ",
              maximum == std::numeric_limits<double>::max() ? ">= " + format_number(minimum)
                                                            : "in [" + format_number(minimum) + ", " + format_number(maximum) + "]",
              ", got ", n.Scalar());
@@ -182,24 +185,26 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
     }};
   };
   auto boolean = [&](const char* key, bool TrainConfig::*field) {
-    s[key] = {[=](TrainConfig& c, const YAML::Node& n) { c.*field = scalar_as<bool>(n, key, source, "true or false"); }};
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      c.*field = scalar_as<bool>(n, key, where, "true or false");
+    }};
   };
   str("model", &TrainConfig::model);
-  s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n) {
+  s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     if (n.IsMap()) {
-      c.model_config = yaml_to_json(n, source + ": model_config").dump();
+      c.model_config = yaml_to_json(n, where + ": model_config").dump();
       c.model_config_inline = true;
     } else {
-      c.model_config = scalar_as<std::string>(n, "model_config", source, "a path or a mapping");
+      c.model_config = scalar_as<std::string>(n, "model_config", where, "a path or a mapping");
       c.model_config_inline = false;
     }
   }};
-  s["train_data"] = {[=](TrainConfig& c, const YAML::Node& n) {
+  s["train_data"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     c.train_data.clear();
     if (n.IsSequence()) {
-      for (const auto& item : n) c.train_data.push_back(scalar_as<std::string>(item, "train_data", source, "a list of paths"));
+      for (const auto& item : n) c.train_data.push_back(scalar_as<std::string>(item, "train_data", where, "a list of paths"));
     } else {
-      c.train_data.push_back(scalar_as<std::string>(n, "train_data", source, "a path or a list of paths"));
+      c.train_data.push_back(scalar_as<std::string>(n, "train_data", where, "a path or a list of paths"));
     }
   }};
   real("val_fraction", &TrainConfig::val_fraction, 0.0);
@@ -222,7 +227,9 @@ std::map<std::string, Setter> make_setters(const std::string& source) {
   boolean("weight_decay_norms", &TrainConfig::weight_decay_norms);
   boolean("weight_decay_biases", &TrainConfig::weight_decay_biases);
   boolean("weight_decay_embeddings", &TrainConfig::weight_decay_embeddings);
-  s["seed"] = {[=](TrainConfig& c, const YAML::Node& n) { c.seed = scalar_as<uint64_t>(n, "seed", source, "a non-negative integer"); }};
+  s["seed"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+    c.seed = scalar_as<uint64_t>(n, "seed", where, "a non-negative integer");
+  }};
   str("output_dir", &TrainConfig::output_dir);
   integer("logging_steps", &TrainConfig::logging_steps, 1);
   integer("eval_steps", &TrainConfig::eval_steps, 0);
@@ -252,7 +259,7 @@ void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters
     fail(where, ": unknown key \"", key, "\"",
          suggestion.empty() ? std::string("; see docs/config.md for the keys") : "; did you mean \"" + suggestion + "\"?");
   }
-  it->second.apply(config, value);
+  it->second.apply(config, value, where);
 }
 
 void validate(const TrainConfig& c) {
@@ -290,7 +297,7 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
                                const std::vector<std::string>& overrides) {
   TrainConfig config;
   config.source = source;
-  const auto setters = make_setters(source);
+  const auto setters = make_setters();
   YAML::Node root;
   try {
     const std::vector<YAML::Node> documents = YAML::LoadAll(yaml_text);
@@ -321,7 +328,7 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
       fail("--set ", key, ": cannot parse value \"", override_text.substr(eq + 1), "\": ", e.msg);
     }
     if (value.IsNull()) value = YAML::Node(std::string());
-    apply_key(config, make_setters("--set " + override_text), key, value, "--set " + override_text);
+    apply_key(config, setters, key, value, "--set " + override_text);
   }
   validate(config);
   return config;

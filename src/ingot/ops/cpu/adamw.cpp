@@ -12,6 +12,7 @@
 //   - The sum of squares adds fixed-size chunks in double in chunk order, so the result is
 //     bit-identical for any thread count.
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <vector>
 
@@ -189,20 +190,26 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
         const float gs = float(grad_scale), b1 = float(constants.beta1), b2 = float(constants.beta2),
                     step = float(s[ops::kAdamWStepSize]), bc2 = float(s[ops::kAdamWBiasCorrection2]),
                     eps = float(constants.eps);
-        for (const DecayRange& r : ranges) {
-          const float decay = r.decays ? float(s[ops::kAdamWDecay]) : 1.f;
+        // Master or not is decided once, not per element.
+        auto update = [&](auto has_master) {
+          for (const DecayRange& r : ranges) {
+            const float decay = r.decays ? float(s[ops::kAdamWDecay]) : 1.f;
 #pragma omp parallel for num_threads(ctx.num_threads) schedule(static)
-          for (int64_t i = r.begin; i < r.end; ++i) {
-            float mi = float(S::load(m.data, i)), vi = float(S::load(v.data, i));
-            const float p = adamw_element<float>(w ? w[i] : float(P::load(params.data, i)),
-                                                 float(G::load(grads.data, i)), mi, vi, gs, decay, b1, b2, step,
-                                                 bc2, eps);
-            S::store(m.data, i, mi);
-            S::store(v.data, i, vi);
-            if (w) w[i] = p;
-            P::store(params.data, i, p);
+            for (int64_t i = r.begin; i < r.end; ++i) {
+              float mi = float(S::load(m.data, i)), vi = float(S::load(v.data, i));
+              float p;
+              if constexpr (decltype(has_master)::value) p = w[i];
+              else p = float(P::load(params.data, i));
+              p = adamw_element<float>(p, float(G::load(grads.data, i)), mi, vi, gs, decay, b1, b2, step, bc2, eps);
+              S::store(m.data, i, mi);
+              S::store(v.data, i, vi);
+              if constexpr (decltype(has_master)::value) w[i] = p;
+              P::store(params.data, i, p);
+            }
           }
-        }
+        };
+        if (w) update(std::true_type{});
+        else update(std::false_type{});
       });
     });
   });
