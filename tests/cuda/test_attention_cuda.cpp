@@ -1,14 +1,16 @@
-// Causal GQA attention on CUDA: the cuDNN fused path (attention_cudnn.cu) against the CPU twin,
-// the dispatch rules, determinism, and (INGOT_CUDA_PERF=1) TFLOP/s of both CUDA paths.
+// Causal GQA attention on CUDA: the cuDNN fused path (attention_cudnn.cu) and the tensor-core
+// kernels (attention_mma_*.cu: packed rows, whole rows under INGOT_ATTENTION=mma) against the CPU
+// twin, the dispatch rules, determinism, and (INGOT_CUDA_PERF=1) the speed of every CUDA path.
 //
 // Tolerances (docs/cuda.md): bf16 out, dq, dk, dv norm-wise relative error <= 1e-2; f32 lse
 // <= 1e-4. Inputs are bf16-rounded normals; the CPU runs in f32 on the same values. CUDA outputs
 // are poisoned with NaN first. The backward gets identical saved tensors on both sides (out
 // rounded to bf16, the CPU's lse).
 //
-// Determinism: the default cuDNN backward plan computes dQ without atomics and is asserted
-// bitwise reproducible here; INGOT_ATTENTION=cudnn-fast selects the plan that accumulates dQ with
-// f32 atomics (measured not reproducible at the perf shapes), checked against the tolerance only.
+// Determinism: the tensor-core kernels and the default cuDNN backward plan compute dQ without
+// atomics and are asserted bitwise reproducible here, eagerly and in a graph replay;
+// INGOT_ATTENTION=cudnn-fast selects the plan that accumulates dQ with f32 atomics (measured not
+// reproducible at the perf shapes), checked against the tolerance only.
 //
 // Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaAttention*Perf*' prints the
 // median time and TFLOP/s (causal: fwd 2*2*B*Hq*T*T*D/2, bwd 2.5x fwd) of each path at B=4,
@@ -73,6 +75,20 @@ struct ScopedMode {
   }
 };
 
+struct Case {
+  int64_t B, T, Hq, Hkv, D;
+  std::string describe() const {
+    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) +
+           " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+  }
+};
+
+// One case's inputs and the CPU twin's results. The backward gets identical saved tensors on both
+// sides: out rounded to bf16 and the CPU's lse.
+struct Reference {
+  Floats qkv, dout, out, lse, out16, dqkv;
+};
+
 // The shared fixture with eight CPU threads for the reference attention, plus large random inputs.
 class CudaAttention : public CudaFixture {
  protected:
@@ -97,6 +113,10 @@ class CudaAttention : public CudaFixture {
     p.dqkv = alloc(DType::bf16, {B, T, Htot, D});
     return p;
   }
+  // Forward under INGOT_ATTENTION=`mode` and backward under each of `backward_modes` against the
+  // CPU twin; each call must take the path of that name ("cudnn" for the default, null).
+  void expect_matches_cpu(const Case& c, const Reference& ref, const std::vector<int32_t>& seg,
+                          const char* mode, std::initializer_list<const char*> backward_modes);
   // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
   void fill_random(Tensor t, uint64_t seed) {
     const int64_t n = t.numel(), block = int64_t(1) << 20;
@@ -127,77 +147,127 @@ Floats heads_of(const Floats& v, int64_t N, int64_t H, int64_t D, int64_t h0, in
   return out;
 }
 
-struct Case {
-  int64_t B, T, Hq, Hkv, D;
-};
+Reference cpu_reference(Context& cpu, const Case& c, std::vector<int32_t> seg, uint64_t seed) {
+  const int64_t Htot = c.Hq + 2 * c.Hkv, N = c.B * c.T;
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  Reference r;
+  r.qkv = randn_bf16(N * Htot * c.D, seed);
+  r.dout = randn_bf16(N * c.Hq * c.D, seed + 1);
+  r.out.resize(size_t(N * c.Hq * c.D));
+  r.lse.resize(size_t(c.B * c.Hq * c.T));
+  r.dqkv.resize(r.qkv.size());
+  Floats qkv = r.qkv, dout = r.dout;
+  Tensor qkv_t(qkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
+  Tensor out_t(r.out.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+  Tensor lse_t(r.lse.data(), DType::f32, Device::cpu, {c.B, c.Hq, c.T});
+  Tensor seg_t = seg.empty() ? Tensor{} : Tensor(seg.data(), DType::i32, Device::cpu, {c.B, c.T});
+  ops::attention_forward(cpu, out_t, lse_t, qkv_t, seg_t, int(c.Hq), int(c.Hkv), scale);
+  r.out16 = r.out;
+  for (auto& f : r.out16) f = round_bf16(f);
+  Tensor out16_t(r.out16.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+  Tensor dout_t(dout.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
+  Tensor dqkv_t(r.dqkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
+  ops::attention_backward(cpu, dqkv_t, dout_t, out16_t, lse_t, qkv_t, seg_t, int(c.Hq), int(c.Hkv), scale);
+  return r;
+}
 
-TEST_F(CudaAttention, CudnnMatchesCpu) {
-  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
-  std::vector<Case> cases;
-  for (int64_t D : {64, 128})
-    for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
-      for (int64_t T : {77, 1024}) cases.push_back({2, T, Hq, Hkv, D});
-  for (const Case& c : cases) {
-    const std::string name = "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " Hq=" +
-                             std::to_string(c.Hq) + " Hkv=" + std::to_string(c.Hkv) + " D=" + std::to_string(c.D);
-    std::printf("  %s\n", name.c_str());
-    const int64_t Htot = c.Hq + 2 * c.Hkv, N = c.B * c.T;
-    const double scale = 1.0 / std::sqrt(double(c.D));
-    const Floats qkv = randn_bf16(N * Htot * c.D, 7 + c.T + c.D), dout = randn_bf16(N * c.Hq * c.D, 8 + c.T);
+// Packed rows as the loader builds them: documents of random length with ids 0, 1, 2, ..., then
+// padding (id -1) over the last ~tenth of each row.
+std::vector<int32_t> packed_rows(int64_t B, int64_t T, uint64_t seed) {
+  std::vector<int32_t> ids = make_segments(B, T, seed);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = T - T / 10; t < T; ++t) ids[size_t(b * T + t)] = -1;
+  return ids;
+}
 
-    // CPU twin.
-    Floats cout(static_cast<size_t>(N * c.Hq * c.D)), clse(static_cast<size_t>(c.B * c.Hq * c.T)), cdqkv(qkv.size());
-    Floats cqkv = qkv, cdout = dout;
-    Tensor cqkv_t(cqkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
-    Tensor cout_t(cout.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
-    Tensor clse_t(clse.data(), DType::f32, Device::cpu, {c.B, c.Hq, c.T});
-    ops::attention_forward(cpu, cout_t, clse_t, cqkv_t, Tensor{}, int(c.Hq), int(c.Hkv), scale);
-    Floats out16 = cout;
-    for (auto& f : out16) f = round_bf16(f);
-    Tensor cout16_t(out16.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
-    Tensor cdout_t(cdout.data(), DType::f32, Device::cpu, {c.B, c.T, c.Hq, c.D});
-    Tensor cdqkv_t(cdqkv.data(), DType::f32, Device::cpu, {c.B, c.T, Htot, c.D});
-    ops::attention_backward(cpu, cdqkv_t, cdout_t, cout16_t, clse_t, cqkv_t, Tensor{}, int(c.Hq),
-                            int(c.Hkv), scale);
+// Ids that are not sorted: runs of 7 tokens cycling through 3 ids, so that a document's tokens
+// are scattered over the whole row (the ops.h contract allows any ids).
+std::vector<int32_t> scattered_ids(int64_t B, int64_t T) {
+  std::vector<int32_t> ids(size_t(B * T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) ids[size_t(b * T + t)] = int32_t((t / 7 + b) % 3);
+  return ids;
+}
 
-    Tensor gqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
-    write(gqkv, qkv);
-    Tensor gout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), glse = alloc(DType::f32, {c.B, c.Hq, c.T});
-    poison(gout);
-    poison(glse);
+void CudaAttention::expect_matches_cpu(const Case& c, const Reference& ref, const std::vector<int32_t>& seg,
+                                       const char* mode, std::initializer_list<const char*> backward_modes) {
+  const int64_t Htot = c.Hq + 2 * c.Hkv, N = c.B * c.T;
+  const double scale = 1.0 / std::sqrt(double(c.D));
+  const std::string name = c.describe() + (seg.empty() ? "" : " +segments");
+  std::printf("  %s\n", name.c_str());
+  Tensor gseg;
+  if (!seg.empty()) {
+    gseg = alloc(DType::i32, {c.B, c.T});
+    cuda::copy_to_device(gseg.data, seg.data(), gseg.bytes(), state_);
+  }
+  auto path_of = [](const char* m) { return m ? m : "cudnn"; };
+
+  Tensor gqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
+  write(gqkv, ref.qkv);
+  Tensor gout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), glse = alloc(DType::f32, {c.B, c.Hq, c.T});
+  poison(gout);
+  poison(glse);
+  {
+    ScopedMode scoped(mode);
+    ops::attention_forward(gpu, gout, glse, gqkv, gseg, int(c.Hq), int(c.Hkv), scale);
+  }
+  EXPECT_STREQ(cuda::attention_last_path(), path_of(mode)) << name;
+  EXPECT_TRUE(close(download(gout), ref.out, kTolBf16, "forward out"));
+  EXPECT_TRUE(close(download(glse), ref.lse, kTolStat, "forward lse"));
+
+  Tensor gout16 = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), gdout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D});
+  Tensor glse_c = alloc(DType::f32, {c.B, c.Hq, c.T}), gdqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
+  write(gout16, ref.out16);
+  write(gdout, ref.dout);
+  write(glse_c, ref.lse);
+  for (const char* variant : backward_modes) {
+    poison(gdqkv);
     {
-      ScopedMode mode(nullptr);
-      ops::attention_forward(gpu, gout, glse, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
+      ScopedMode scoped(variant);
+      ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, gseg, int(c.Hq), int(c.Hkv), scale);
     }
-    EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << name;
-    EXPECT_TRUE(close(download(gout), cout, kTolBf16, "forward out"));
-    EXPECT_TRUE(close(download(glse), clse, kTolStat, "forward lse"));
-
-    Tensor gout16 = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D}), gdout = alloc(DType::bf16, {c.B, c.T, c.Hq, c.D});
-    Tensor glse_c = alloc(DType::f32, {c.B, c.Hq, c.T}), gdqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
-    write(gout16, out16);
-    write(gdout, dout);
-    write(glse_c, clse);
-    for (const char* variant : {"cudnn", "cudnn-fast"}) {
-      poison(gdqkv);
-      {
-        ScopedMode mode(std::strcmp(variant, "cudnn") == 0 ? nullptr : variant);
-        ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, Tensor{}, int(c.Hq), int(c.Hkv), scale);
-      }
-      EXPECT_STREQ(cuda::attention_last_path(), variant) << name;
-      const Floats got = download(gdqkv);
-      const int64_t bounds[4] = {0, c.Hq, c.Hq + c.Hkv, Htot};
-      const char* parts[3] = {"dq", "dk", "dv"};
-      for (int p = 0; p < 3; ++p)
-        EXPECT_TRUE(close(heads_of(got, N, Htot, c.D, bounds[p], bounds[p + 1]),
-                          heads_of(cdqkv, N, Htot, c.D, bounds[p], bounds[p + 1]), kTolBf16,
-                          std::string("backward ") + parts[p] + " (" + variant + ")"))
-            << name;
-    }
+    EXPECT_STREQ(cuda::attention_last_path(), path_of(variant)) << name;
+    const Floats got = download(gdqkv);
+    const int64_t bounds[4] = {0, c.Hq, c.Hq + c.Hkv, Htot};
+    const char* parts[3] = {"dq", "dk", "dv"};
+    for (int p = 0; p < 3; ++p)
+      EXPECT_TRUE(close(heads_of(got, N, Htot, c.D, bounds[p], bounds[p + 1]),
+                        heads_of(ref.dqkv, N, Htot, c.D, bounds[p], bounds[p + 1]), kTolBf16,
+                        std::string("backward ") + parts[p] + " (" + path_of(variant) + ")"))
+          << name;
   }
 }
 
-TEST_F(CudaAttention, FallsBackToKernels) {
+TEST_F(CudaAttention, CudnnMatchesCpu) {
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  for (int64_t D : {64, 128})
+    for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
+      for (int64_t T : {77, 1024}) {
+        const Case c{2, T, Hq, Hkv, D};
+        expect_matches_cpu(c, cpu_reference(cpu, c, {}, uint64_t(7 + T + D)), {}, nullptr, {nullptr, "cudnn-fast"});
+      }
+}
+
+// The tensor-core kernels (INGOT_ATTENTION=mma forces them where cuDNN would run): whole rows, the
+// loader's packed rows with padding, and unsorted ids, which the tile skipping must not get wrong.
+TEST_F(CudaAttention, MmaMatchesCpu) {
+  for (int64_t D : {64, 128})
+    for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
+      for (int64_t T : {77, 300}) {
+        const Case c{2, T, Hq, Hkv, D};
+        const uint64_t seed = uint64_t(17 + T + D + Hkv);
+        for (const auto& seg : {std::vector<int32_t>{}, packed_rows(c.B, c.T, seed), scattered_ids(c.B, c.T)})
+          expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, "mma", {"mma"});
+      }
+  // Long packed rows, where most tile pairs are skipped: Llama-3.2-1B's head layout.
+  const Case c{1, 2048, 8, 2, 64};
+  const std::vector<int32_t> seg = packed_rows(c.B, c.T, 5);
+  expect_matches_cpu(c, cpu_reference(cpu, c, seg, 5), seg, "mma", {"mma"});
+}
+
+// Which path takes a call: cuDNN without segment ids; the tensor-core kernels with them (bf16,
+// D = 64 or 128); the CUDA-core kernels for any other head dim, for f32, or when asked.
+TEST_F(CudaAttention, DispatchPicksThePath) {
   const int64_t B = 1, T = 64, Hq = 2, Hkv = 1, D = 64, Htot = Hq + 2 * Hkv;
   Tensor qkv = alloc(DType::bf16, {B, T, Htot, D});
   write(qkv, randn_bf16(B * T * Htot * D, 3));
@@ -206,17 +276,79 @@ TEST_F(CudaAttention, FallsBackToKernels) {
   std::vector<int32_t> ids(static_cast<size_t>(B * T), 0);
   cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
   ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.125);
-  EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "segment ids take the kernels";
+  EXPECT_STREQ(cuda::attention_last_path(), "mma") << "segment ids take the tensor-core kernels";
+  if (cuda::attention_cudnn_compiled()) {
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << "no segment ids";
+  }
+  {
+    ScopedMode mode("mma");
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "mma") << "INGOT_ATTENTION=mma";
+  }
   {
     ScopedMode mode("kernels");
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
     EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "INGOT_ATTENTION=kernels";
+    ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "INGOT_ATTENTION=kernels, segment ids";
   }
   Tensor qkv20 = alloc(DType::bf16, {B, T, Hq + 2 * Hkv, 20});
   write(qkv20, randn_bf16(B * T * Htot * 20, 4));
   Tensor out20 = alloc(DType::bf16, {B, T, Hq, 20});
-  ops::attention_forward(gpu, out20, lse, qkv20, Tensor{}, int(Hq), int(Hkv), 0.2);
+  ops::attention_forward(gpu, out20, lse, qkv20, seg, int(Hq), int(Hkv), 0.2);
   EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "D % 8 != 0";
+  Tensor qkv32 = alloc(DType::f32, {B, T, Htot, D}), out32 = alloc(DType::f32, {B, T, Hq, D});
+  write(qkv32, randn_bf16(B * T * Htot * D, 5));
+  ops::attention_forward(gpu, out32, lse, qkv32, seg, int(Hq), int(Hkv), 0.125);
+  EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "f32";
+}
+
+// The trainer needs bitwise-repeatable steps captured in one CUDA graph: the tensor-core kernels
+// on packed rows, three eager runs and a graph replay, byte for byte.
+TEST_F(CudaAttention, MmaIsBitwiseReproducibleAndReplays) {
+  const int64_t B = 2, T = 1000, Hq = 8, Hkv = 2, D = 128, Htot = Hq + 2 * Hkv;
+  Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
+  write(qkv, randn_bf16(B * T * Htot * D, 41));
+  write(dout, randn_bf16(B * T * Hq * D, 42));
+  Tensor seg = alloc(DType::i32, {B, T});
+  const std::vector<int32_t> ids = packed_rows(B, T, 43);
+  cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
+  Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+  Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+  auto step = [&] {
+    ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
+    ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
+  };
+  std::vector<std::vector<uint8_t>> runs;
+  for (int r = 0; r < 3; ++r) {
+    poison(out);
+    poison(lse);
+    poison(dqkv);
+    step();
+    EXPECT_STREQ(cuda::attention_last_path(), "mma");
+    std::vector<uint8_t> bytes = download_bytes(out);
+    for (const Tensor* t : {&lse, &dqkv}) {
+      const auto more = download_bytes(*t);
+      bytes.insert(bytes.end(), more.begin(), more.end());
+    }
+    runs.push_back(std::move(bytes));
+  }
+  EXPECT_TRUE(runs[0] == runs[1] && runs[1] == runs[2]) << "eager runs differ";
+  poison(out);
+  poison(lse);
+  poison(dqkv);
+  cuda::begin_capture(state_);
+  step();
+  cuda::end_capture_and_instantiate(state_);
+  cuda::replay(state_);
+  cuda::synchronize(state_);
+  std::vector<uint8_t> replayed = download_bytes(out);
+  for (const Tensor* t : {&lse, &dqkv}) {
+    const auto more = download_bytes(*t);
+    replayed.insert(replayed.end(), more.begin(), more.end());
+  }
+  EXPECT_TRUE(replayed == runs[0]) << "graph replay differs from the eager runs";
 }
 
 TEST_F(CudaAttention, CudnnBackwardIsBitwiseReproducible) {
@@ -293,7 +425,7 @@ TEST_F(CudaAttention, Perf) {
     const double scale = 1.0 / std::sqrt(double(s.D));
     const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, s.Hq, s.Hkv, s.D, 21);
     const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
-    for (const char* mode : {"kernels", "cudnn", "cudnn-fast"}) {
+    for (const char* mode : {"kernels", "mma", "cudnn", "cudnn-fast"}) {
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
       const bool slow = std::strcmp(mode, "kernels") == 0;
       const double f = median_ms(state_, [&] {
@@ -355,27 +487,48 @@ TEST_F(CudaAttention, PerfShortSequences) {
   }
 }
 
-// Packed rows (segment ids, as SFT data trains) take the CUDA-core kernels: cuDNN's fused engines
-// accept no per-token document mask in this graph form (a segment-id comparison added to the
-// causal mask finalizes no engine config, cuDNN 9.14). What that costs, against cuDNN on the same
-// rows with causal attention over the whole row: Llama-3.2-1B's heads, B x T = 4 x 4096,
-// documents of random length.
+// Packed rows (segment ids, as SFT data trains): cuDNN's fused engines accept no per-token
+// document mask in this graph form (a segment-id comparison added to the causal mask finalizes no
+// engine config, cuDNN 9.14), so they take Ingot's tensor-core kernels, which skip the tile pairs
+// no document spans. Against the CUDA-core kernels on the same rows, and against whole-row causal
+// attention (cuDNN, and the tensor-core kernels) over the same tokens: Llama-3.2-1B's heads,
+// B x T = 4 x 4096, the loader's layout (documents of random length, the last tenth padding).
+// "Useful" TFLOP/s counts only the (query, key) pairs that attend: 4 D Hq per pair forward, 2.5x
+// that backward.
 TEST_F(CudaAttention, PerfPackedRows) {
   if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   const int64_t B = 4, T = 4096, Hq = 32, Hkv = 8, D = 64;
   const double scale = 1.0 / std::sqrt(double(D));
   const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 51);
-  const std::vector<int32_t> ids = make_segments(B, T, 52);
+  const std::vector<int32_t> ids = packed_rows(B, T, 52);
   Tensor seg = alloc(DType::i32, {B, T});
   cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
-  std::printf("packed attention on %s, %ld x %ld tokens, %ld/%ld/%ld heads; fwd + bwd ms (median of 5):\n",
+  double packed_pairs = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0, run = 0; t < T; ++t) {
+      run = t > 0 && ids[size_t(b * T + t)] == ids[size_t(b * T + t - 1)] ? run + 1 : 1;
+      packed_pairs += double(run);
+    }
+  const double whole_pairs = double(B) * T * (T + 1) / 2;
+  std::printf("packed attention on %s, %ld x %ld tokens, %ld/%ld/%ld heads; fwd + bwd (median of 5):\n",
               cuda::device_name().c_str(), long(B), long(T), long(Hq), long(Hkv), long(D));
-  for (const auto& [label, segments] : {std::pair{"segment ids", seg}, std::pair{"whole-row causal", Tensor{}}}) {
+  std::printf("| rows                          | ms       | useful TFLOP/s | path |\n");
+  struct Run {
+    const char* label;
+    const char* mode;
+    bool segments;
+  };
+  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, CUDA-core kernels", "kernels", true},
+                       Run{"whole-row causal (default)", nullptr, false}, Run{"whole-row causal, mma", "mma", false}}) {
+    ScopedMode scoped(r.mode);
+    const Tensor segments = r.segments ? seg : Tensor{};
     const double ms = median_ms(state_, [&] {
       ops::attention_forward(gpu, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
       ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
     }, 1, 5);
-    std::printf("  %-18s %8.3f ms  (%s)\n", label, ms, cuda::attention_last_path());
+    const double flops = 3.5 * 4.0 * D * Hq * (r.segments ? packed_pairs : whole_pairs);
+    std::printf("| %-29s | %8.3f | %14.1f | %s |\n", r.label, ms, flops / (ms * 1e-3) / 1e12,
+                cuda::attention_last_path());
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "ingot/ops/cuda/attention_common.cuh"
 #include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_mma.h"
 #include "ingot/ops/cuda/cuda_ops.h"
 
 namespace ingot::cuda {
@@ -21,26 +22,6 @@ namespace ingot::cuda {
 namespace {
 
 using namespace attention;
-
-// delta[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]; one warp per (b, t, h).
-template <typename T>
-__global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, Shape s) {
-  const int lane = threadIdx.x & 31;
-  const int64_t rows = int64_t(s.B) * s.T * s.Hq;
-  for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; row < rows;
-       row += int64_t(gridDim.x) * blockDim.x / 32) {
-    float acc = 0.f;
-    for (int d = lane; d < s.D; d += 32) acc += to_f32(dout[row * s.D + d]) * to_f32(out[row * s.D + d]);
-    acc = warp_sum(acc);
-    if (lane == 0) {
-      const int h = int(row % s.Hq);
-      const int64_t bt = row / s.Hq;
-      const int t = int(bt % s.T);
-      const int64_t b = bt / s.T;
-      delta[(b * s.Hq + h) * s.T + t] = acc;
-    }
-  }
-}
 
 // For one (query tile, key tile) pair with Q, dO, K, V staged: this thread's 4 x 4 entries of
 // P (probabilities) and dS (score gradients, before the softmax scale), stored to P_s and dS_s
@@ -303,9 +284,12 @@ void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tens
     check_numel(segment_ids, int64_t(s.B) * s.T, op, "segment_ids");
   }
   if (s.B == 0 || s.T == 0) return;
-  // cuDNN's fused flash attention where it applies (attention_cudnn.h), else the kernels below.
+  // cuDNN's fused flash attention where it applies (attention_cudnn.h), then Ingot's tensor-core
+  // kernels (attention_mma.h), else the CUDA-core kernels below.
   if (attention_cudnn_backward(ctx, dqkv, dout, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads,
                                scale))
+    return;
+  if (attention_mma_backward(ctx, dqkv, dout, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale))
     return;
   attention_set_last_path("kernels");
   INGOT_CHECK(s.D % 8 != 0 || (aligned16(qkv.data) && aligned16(dout.data)), op,
@@ -316,7 +300,7 @@ void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tens
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using T = decltype(tag);
-    attention_delta_kernel<T><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
+    attention::attention_delta_kernel<T><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
         delta, dout.ptr<T>(), out.ptr<T>(), s);
     INGOT_LAUNCH_CHECK("attention_delta_kernel");
     dispatch_head_dim(s.D, op, [&](auto dmax) {

@@ -58,6 +58,27 @@ __device__ __forceinline__ bool attends(int i, int j, int T_len, int seg_i, int 
   return i < T_len && j < T_len && j <= i && seg_i == seg_j;
 }
 
+// The backward prologue of both kernel families (the CUDA-core ones and attention_mma.cuh's):
+// delta[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d], one warp per (b, t, h).
+template <typename T>
+__global__ void attention_delta_kernel(float* delta, const T* dout, const T* out, Shape s) {
+  const int lane = threadIdx.x & 31;
+  const int64_t rows = int64_t(s.B) * s.T * s.Hq;
+  for (int64_t row = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; row < rows;
+       row += int64_t(gridDim.x) * blockDim.x / 32) {
+    float acc = 0.f;
+    for (int d = lane; d < s.D; d += 32) acc += to_f32(dout[row * s.D + d]) * to_f32(out[row * s.D + d]);
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      const int h = int(row % s.Hq);
+      const int64_t bt = row / s.Hq;
+      const int t = int(bt % s.T);
+      const int64_t b = bt / s.T;
+      delta[(b * s.Hq + h) * s.T + t] = acc;
+    }
+  }
+}
+
 // Calls f(std::integral_constant<int, DMAX>) with the smallest supported DMAX >= D.
 template <typename F>
 void dispatch_head_dim(int D, const char* op, F&& f) {

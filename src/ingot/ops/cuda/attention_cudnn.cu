@@ -64,10 +64,11 @@ namespace {
 
 enum class Variant { fast, deterministic };
 
-// What INGOT_ATTENTION asks for; read per call so that tests can A/B in one process.
-bool kernels_forced() {
+// What INGOT_ATTENTION asks for; read per call so that tests can A/B in one process. "kernels"
+// and "mma" ask for one of Ingot's own kernel families instead of cuDNN.
+bool cudnn_declined_by_env() {
   const char* env = std::getenv("INGOT_ATTENTION");
-  return env && std::strcmp(env, "kernels") == 0;
+  return env && (std::strcmp(env, "kernels") == 0 || std::strcmp(env, "mma") == 0);
 }
 // Deterministic unless asked otherwise: bitwise-reproducible steps are an engine invariant.
 Variant requested_variant() {
@@ -567,7 +568,7 @@ void execute(CudaState& state, cudnnHandle_t handle, const Plan& plan, std::vect
 
 bool eligible(const Tensor& segment_ids, const Tensor& qkv, std::initializer_list<const Tensor*> others,
               int64_t D) {
-  if (kernels_forced() || segment_ids.present()) return false;
+  if (cudnn_declined_by_env() || segment_ids.present()) return false;
   if (qkv.dtype != DType::bf16 || D % 8 != 0 || D > 128) return false;
   if (!aligned16(qkv.data)) return false;
   for (const Tensor* t : others)

@@ -1,0 +1,158 @@
+// Shared pieces of the tensor-core attention kernels (attention_mma_forward.cu,
+// attention_mma_backward.cu): flash-attention-2 style on mma.sync.m16n8k16 (bf16 operands, f32
+// accumulators), which every GPU from sm_80 on runs. Dispatch: attention_mma.h.
+//
+// Tiles: 64 query rows x 64 key rows; 128 threads = 4 warps, each warp owning 16 rows of its
+// block's tile (queries in the forward and dQ kernels, keys in the dK/dV kernel). Tiles are staged
+// in shared memory as bf16 rows of D + 8 elements: the pad puts the 8 rows one ldmatrix reads in
+// distinct banks.
+//
+// Fragments (PTX ISA, mma.m16n8k16 .bf16), for lane = 4 r + c:
+//   A (16 x 16, row major)  rows r and r + 8, columns 2c, 2c+1 and 2c+8, 2c+9;
+//   B (16 x 8)              k rows 2c, 2c+1 and 2c+8, 2c+9 of column r;
+//   C (16 x 8, f32)         c[0], c[1]: row r, columns 2c, 2c+1; c[2], c[3]: row r + 8.
+// So the C fragments of two neighbouring 8-column tiles, rounded to bf16, are the A fragment of a
+// product along those 16 columns: P from S and dS from dP go to the next mma without shared memory.
+//
+// Document masking (ops.h): token i attends to token j iff j <= i, both < T and seg[i] == seg[j].
+// A (query tile, key tile) pair is skipped when the tiles' [min id, max id] ranges do not overlap.
+// That is exact for any ids; for packed rows (ids 0, 1, 2, ... then -1 padding) it leaves only the
+// tile pairs inside one document.
+#pragma once
+#include "ingot/ops/cuda/attention_common.cuh"
+
+namespace ingot::cuda::attention_mma {
+
+constexpr int kTile = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+
+template <int D>
+constexpr int tile_stride() { return D + 8; }  // bf16 elements between rows of a staged tile
+
+// ---- PTX wrappers -------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8 x 8 bf16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, register i receives it.
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c (16 x 8) += a (16 x 16) * b (16 x 8)
+__device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as bf16x2, the lower column in the low half (the fragment order).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- fragment addresses in a staged tile (row stride `stride` elements) -------------------------
+// Rows [r0, r0 + 16) x columns [c0, c0 + 16): without .trans the A fragment of those rows; with
+// .trans, for a tile stored [k][n], the B fragments (b0, b1) of n-tiles c0 and c0 + 8.
+__device__ __forceinline__ const bf16* rows16_address(const bf16* tile, int stride, int r0, int c0) {
+  const int lane = threadIdx.x & 31;
+  return tile + (r0 + (lane & 15)) * stride + c0 + (lane >> 4) * 8;
+}
+// For a tile stored [n][k]: the B fragments (b0, b1) of n-tiles n0 and n0 + 8 over k [k0, k0 + 16).
+__device__ __forceinline__ const bf16* cols16_address(const bf16* tile, int stride, int n0, int k0) {
+  const int lane = threadIdx.x & 31;
+  return tile + (n0 + (lane >> 4) * 8 + (lane & 7)) * stride + k0 + ((lane >> 3) & 1) * 8;
+}
+
+// ---- warp-level products ------------------------------------------------------------------------
+// acc (16 x 8 NT) += A B^T over K columns: A rows [a_row0, a_row0 + 16) of tile `a`, B rows
+// [b_row0, b_row0 + 8 NT) of tile `b` (both stored row major, K = contraction length).
+template <int K, int NT>
+__device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], const bf16* a, int a_row0, const bf16* b,
+                                         int b_row0, int stride) {
+  static_assert(NT % 2 == 0 && K % 16 == 0);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[4];
+    ldsm_x4(af, rows16_address(a, stride, a_row0, kk * 16));
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t bf[4];
+      ldsm_x4(bf, cols16_address(b, stride, b_row0 + np * 16, kk * 16));
+      mma_16x8x16(acc[2 * np], af, bf[0], bf[1]);
+      mma_16x8x16(acc[2 * np + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc (16 x D) += P B, P (16 x 8 NP) held as C fragments (rounded to bf16 here), B rows
+// [b_row0, b_row0 + 8 NP) x D columns of tile `b` (stored row major: [k][n]).
+template <int D, int NP>
+__device__ __forceinline__ void mma_c_b(float (&acc)[D / 8][4], const float (&p)[NP][4], const bf16* b,
+                                        int b_row0, int stride) {
+  static_assert(NP % 2 == 0 && D % 16 == 0);
+#pragma unroll
+  for (int kk = 0; kk < NP / 2; ++kk) {
+    const uint32_t af[4] = {pack_bf16x2(p[2 * kk][0], p[2 * kk][1]), pack_bf16x2(p[2 * kk][2], p[2 * kk][3]),
+                            pack_bf16x2(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                            pack_bf16x2(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t bf[4];
+      ldsm_x4_trans(bf, rows16_address(b, stride, b_row0 + kk * 16, dp * 16));
+      mma_16x8x16(acc[2 * dp], af, bf[0], bf[1]);
+      mma_16x8x16(acc[2 * dp + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void zero(float (&acc)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+}
+
+// ---- staging ------------------------------------------------------------------------------------
+// Token rows [row0, row0 + kTile) of one head (D elements at `base`, tokens `row_stride` apart)
+// -> tile (kTile, D + 8); rows at or past T are zero. base and row_stride keep 16-byte alignment.
+template <int D>
+__device__ __forceinline__ void stage_tile(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = (e % kChunks) * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(base + int64_t(row0 + r) * row_stride + c);
+    *reinterpret_cast<uint4*>(tile + r * tile_stride<D>() + c) = v;
+  }
+}
+
+// Segment ids of rows [row0, row0 + kTile) into ids (0 without segments or past T).
+__device__ __forceinline__ void stage_ids(int* ids, const int32_t* seg_row, int row0, int T) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads) ids[r] = seg_row && row0 + r < T ? seg_row[row0 + r] : 0;
+}
+
+// Whether query tile qt and key tile kt of one row share a segment id (ranges: that row's
+// (min, max) per tile, or null without segments).
+__device__ __forceinline__ bool tiles_meet(const int2* ranges, int qt, int kt) {
+  if (!ranges) return true;
+  const int2 q = ranges[qt], k = ranges[kt];
+  return q.x <= k.y && k.x <= q.y;
+}
+
+// ranges (B, ceil(T / kTile)) = per tile of each row, (min, max) of its tokens' segment ids.
+void tile_segment_ranges(CudaState& state, int2* ranges, const int32_t* segment_ids, int B, int T);
+
+}  // namespace ingot::cuda::attention_mma

@@ -1,0 +1,264 @@
+// Causal GQA attention backward on tensor cores: dqkv (B,T,Htot,D) bf16, overwritten, from dout
+// and out (B,T,Hq,D) bf16, lse (B,Hq,T) f32, qkv and optional segment_ids (B,T). Layout, fragments
+// and tile skipping: attention_mma.cuh; dispatch: attention_mma.h.
+// Deterministic (no atomics), in the same three steps as the CUDA-core kernels:
+//   1. delta (B,Hq,T) f32 = rowsum(dout * out);
+//   2. dK, dV: one block per (key tile, kv head, batch), each warp owning 16 keys, loops over the
+//      query heads of its group and the query tiles at or below the diagonal that share a
+//      document with the key tile: S^T = K Q^T, dP^T = V dO^T, P^T = exp2(S^T - lse),
+//      dS^T = P^T (dP^T - delta); dV += P^T dO, dK += dS^T Q, with P^T and dS^T going from the
+//      accumulators straight into the next mma;
+//   3. dQ: one block per (query tile, query head, batch), each warp owning 16 queries, loops over
+//      the key tiles up to the diagonal: S, dP, P, dS as above, dQ += dS K.
+// Recomputing S and dP in both kernels costs 7 tile products instead of 5: the price of a fixed
+// summation order for dQ.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_mma.cuh"
+#include "ingot/ops/cuda/attention_mma.h"
+
+namespace ingot::cuda {
+
+namespace {
+
+using namespace attention_mma;
+using attention::Shape;
+
+// Shared memory of both kernels: four (kTile, D + 8) bf16 tiles | lse (log2 domain) and delta of
+// the query rows (f32) | segment ids of the query and key rows.
+template <int D>
+size_t backward_smem_bytes() {
+  return 4 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 2 * kTile * sizeof(float) +
+         2 * kTile * sizeof(int);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    mma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                                       const bf16* qkv, const int32_t* segment_ids, const int2* tile_ranges,
+                                       Shape s, float scale, float scale_log2) {
+  constexpr int kS = tile_stride<D>();
+  // Queries per pass over a staged tile: at D = 128, S^T and dP^T for all 64 would not fit in
+  // registers beside the dK and dV accumulators.
+  constexpr int kChunk = D == 128 ? 16 : 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem);
+  bf16* Vs = Ks + kTile * kS;
+  bf16* Qs = Vs + kTile * kS;
+  bf16* dOs = Qs + kTile * kS;
+  float* lse_s = reinterpret_cast<float*>(dOs + kTile * kS);
+  float* delta_s = lse_s + kTile;
+  int* seg_q = reinterpret_cast<int*>(delta_s + kTile);
+  int* seg_k = seg_q + kTile;
+
+  const int n_tiles = int(gridDim.x);
+  const int kt = blockIdx.x;  // key tile 0 meets the most query tiles: the heaviest blocks first
+  const int g = blockIdx.y, b = blockIdx.z, group = s.Hq / s.Hkv;
+  const int T = s.T, k0 = kt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
+  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
+  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+
+  stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+  stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+  stage_ids(seg_k, seg_row, k0, T);
+
+  const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows: r_lo and r_lo + 8
+  float dk[D / 8][4], dv[D / 8][4];
+  zero(dk);
+  zero(dv);
+
+  for (int hh = 0; hh < group; ++hh) {
+    const int h = g * group + hh;
+    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
+    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
+    for (int qt = kt; qt < n_tiles; ++qt) {
+      if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
+      const int q0 = qt * kTile;
+      __syncthreads();  // the previous Q, dO are no longer read (first time: K, V are staged)
+      stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
+      stage_tile<D>(dOs, dout_batch + int64_t(h) * D, dout_stride, q0, T);
+      for (int r = threadIdx.x; r < kTile; r += kThreads) {
+        const bool in = q0 + r < T;
+        lse_s[r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
+        delta_s[r] = in ? delta_h[q0 + r] : 0.f;
+      }
+      stage_ids(seg_q, seg_row, q0, T);
+      __syncthreads();
+
+      const bool masked = seg_row || qt == kt || q0 + kTile > T;
+#pragma unroll
+      for (int c = 0; c < kTile / kChunk; ++c) {
+        float pt[kChunk / 8][4], dst[kChunk / 8][4];  // P^T, then dS^T, of 16 keys x kChunk queries
+        zero(pt);
+        zero(dst);
+        mma_a_bt<D, kChunk / 8>(pt, Ks, warp * 16, Qs, c * kChunk, kS);   // S^T = K Q^T
+        mma_a_bt<D, kChunk / 8>(dst, Vs, warp * 16, dOs, c * kChunk, kS);  // dP^T = V dO^T
+#pragma unroll
+        for (int nt = 0; nt < kChunk / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kr = r_lo + (e >> 1) * 8, qc = c * kChunk + nt * 8 + 2 * (lane & 3) + (e & 1);
+            float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
+            if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
+            pt[nt][e] = p;
+            dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
+          }
+        mma_c_b<D, kChunk / 8>(dv, pt, dOs, c * kChunk, kS);  // dV += P^T dO
+        mma_c_b<D, kChunk / 8>(dk, dst, Qs, c * kChunk, kS);  // dK += dS^T Q
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = k0 + r_lo + 8 * r;
+    if (j >= T) continue;
+    bf16* dk_row = dqkv + (int64_t(b) * T + j) * row_stride + int64_t(s.Hq + g) * D + 2 * (lane & 3);
+    bf16* dv_row = dk_row + int64_t(s.Hkv) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) = pack_bf16x2(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = pack_bf16x2(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    }
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    mma_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                                     const bf16* qkv, const int32_t* segment_ids, const int2* tile_ranges,
+                                     Shape s, float scale, float scale_log2) {
+  constexpr int kS = tile_stride<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* dOs = Qs + kTile * kS;
+  bf16* Ks = dOs + kTile * kS;
+  bf16* Vs = Ks + kTile * kS;
+  int* seg_q = reinterpret_cast<int*>(Vs + kTile * kS);  // (the lse/delta room of the layout unused)
+  int* seg_k = seg_q + kTile;
+
+  const int n_tiles = int(gridDim.x);
+  const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first
+  const int h = blockIdx.y, b = blockIdx.z, g = h / (s.Hq / s.Hkv);
+  const int T = s.T, q0 = qt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
+  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+
+  stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
+  stage_tile<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
+  stage_ids(seg_q, seg_row, q0, T);
+
+  const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    const int64_t at = (int64_t(b) * s.Hq + h) * T + i;
+    row_lse[r] = i < T ? lse[at] * attention::kLog2e : 0.f;
+    row_delta[r] = i < T ? delta[at] : 0.f;
+  }
+  float dq[D / 8][4];
+  zero(dq);
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
+    const int k0 = kt * kTile;
+    __syncthreads();  // the previous K, V are no longer read (first time: Q, dO are staged)
+    stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+    stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+    stage_ids(seg_k, seg_row, k0, T);
+    __syncthreads();
+
+    float p[kTile / 8][4], ds[kTile / 8][4];  // P, then dS, of 16 queries x 64 keys
+    zero(p);
+    zero(ds);
+    mma_a_bt<D, kTile / 8>(p, Qs, warp * 16, Ks, 0, kS);    // S = Q K^T
+    mma_a_bt<D, kTile / 8>(ds, dOs, warp * 16, Vs, 0, kS);  // dP = dO V^T
+    const bool masked = seg_row || kt == qt || k0 + kTile > T;
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+        float pv = exp2f(p[nt][e] * scale_log2 - row_lse[e >> 1]);
+        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
+        ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
+      }
+    mma_c_b<D, kTile / 8>(dq, ds, Ks, 0, kS);  // dQ += dS K
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    if (i >= T) continue;
+    bf16* dq_row = dqkv + (int64_t(b) * T + i) * row_stride + int64_t(h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dq_row + dt * 8) = pack_bf16x2(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
+  }
+}
+
+template <int D>
+void launch_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                     const bf16* qkv, const int32_t* segment_ids, const int2* ranges, const Shape& s,
+                     double scale) {
+  const size_t smem = backward_smem_bytes<D>();
+  const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
+  const float scale_f = float(scale), scale_log2 = float(scale) * attention::kLog2e;
+  auto dkdv = mma_attention_backward_dkdv_kernel<D>;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dkdv<<<dim3(n_tiles, unsigned(s.Hkv), unsigned(s.B)), kThreads, smem, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("mma_attention_backward_dkdv_kernel");
+  auto dq = mma_attention_backward_dq_kernel<D>;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  dq<<<dim3(n_tiles, unsigned(s.Hq), unsigned(s.B)), kThreads, smem, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("mma_attention_backward_dq_kernel");
+}
+
+}  // namespace
+
+bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
+                            Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale) {
+  constexpr const char* op = "attention_backward (tensor cores)";
+  const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
+  const char* mode = std::getenv("INGOT_ATTENTION");
+  if (mode && std::strcmp(mode, "kernels") == 0) return false;
+  for (const Tensor* t : {&dqkv, &dout, &out, &qkv})
+    if (t->dtype != DType::bf16 || !aligned16(t->data)) return false;
+  if ((s.D != 64 && s.D != 128) || s.B > 65535 || s.Hq > 65535) return false;
+  CudaState& state = state_of(ctx, op);
+  // Scratch: delta (B,Hq,T) f32, then the tile ranges (B, n_tiles) int2 with segment ids.
+  const int64_t rows = int64_t(s.B) * s.Hq * s.T;
+  const int64_t delta_bytes = (rows * int64_t(sizeof(float)) + 255) / 256 * 256;
+  const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
+  const int64_t range_bytes = seg ? int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(int2)) : 0;
+  char* scratch = static_cast<char*>(scratch_buffer(state, delta_bytes + range_bytes, op));
+  float* delta = reinterpret_cast<float*>(scratch);
+  int2* ranges = seg ? reinterpret_cast<int2*>(scratch + delta_bytes) : nullptr;
+  if (seg) tile_segment_ranges(state, ranges, seg, s.B, s.T);
+  attention::attention_delta_kernel<bf16><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
+      delta, dout.ptr<bf16>(), out.ptr<bf16>(), s);
+  INGOT_LAUNCH_CHECK("attention_delta_kernel");
+  if (s.D == 64)
+    launch_backward<64>(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
+                        ranges, s, scale);
+  else
+    launch_backward<128>(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
+                         ranges, s, scale);
+  attention_set_last_path("mma");
+  return true;
+}
+
+}  // namespace ingot::cuda

@@ -1,0 +1,190 @@
+// Causal GQA attention forward on tensor cores: out (B,T,Hq,D) bf16 and lse (B,Hq,T) f32 from
+// packed qkv (B,T,Htot,D) bf16, optional segment_ids (B,T). Layout, fragments and tile skipping:
+// attention_mma.cuh; dispatch: attention_mma.h.
+// One block per (query tile, query head, batch), the longest rows first. Each warp owns 16 query
+// rows and streams the key tiles up to the diagonal that share a document with its tile:
+// S = Q K^T on tensor cores, online softmax in the log2 domain, O += P V with P rounded to bf16
+// (as flash attention does; the row sums use the f32 values), normalised once at the end.
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_mma.cuh"
+#include "ingot/ops/cuda/attention_mma.h"
+
+namespace ingot::cuda {
+
+namespace attention_mma {
+
+__global__ void tile_segment_ranges_kernel(int2* ranges, const int32_t* segment_ids, int B, int T) {
+  const int n_tiles = (T + kTile - 1) / kTile;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < int64_t(B) * n_tiles;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int b = int(idx / n_tiles), t0 = int(idx % n_tiles) * kTile, t1 = min(T, t0 + kTile);
+    const int32_t* row = segment_ids + int64_t(b) * T;
+    int lo = row[t0], hi = row[t0];
+    for (int t = t0 + 1; t < t1; ++t) {
+      lo = min(lo, row[t]);
+      hi = max(hi, row[t]);
+    }
+    ranges[idx] = make_int2(lo, hi);
+  }
+}
+
+void tile_segment_ranges(CudaState& state, int2* ranges, const int32_t* segment_ids, int B, int T) {
+  const int64_t n = int64_t(B) * ceil_div(T, kTile);
+  tile_segment_ranges_kernel<<<grid_for(n, 256, state), 256, 0, state.stream>>>(ranges, segment_ids, B, T);
+  INGOT_LAUNCH_CHECK("tile_segment_ranges_kernel");
+}
+
+}  // namespace attention_mma
+
+namespace {
+
+using namespace attention_mma;
+using attention::Shape;
+
+// Shared memory: Q, K, V tiles (kTile, D + 8) bf16 | segment ids of the query and key rows.
+template <int D>
+size_t forward_smem_bytes() {
+  return 3 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 2 * kTile * sizeof(int);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    mma_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,
+                                 const int2* tile_ranges, Shape s, float scale_log2) {
+  constexpr int kS = tile_stride<D>();
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);
+  bf16* Ks = Qs + kTile * kS;
+  bf16* Vs = Ks + kTile * kS;
+  int* seg_q = reinterpret_cast<int*>(Vs + kTile * kS);
+  int* seg_k = seg_q + kTile;
+
+  const int n_tiles = int(gridDim.x);
+  const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first: the grid's tail is short work
+  const int h = blockIdx.y, b = blockIdx.z, g = h / (s.Hq / s.Hkv);
+  const int T = s.T, q0 = qt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
+  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+
+  stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
+  stage_ids(seg_q, seg_row, q0, T);
+
+  // This lane's query rows within the tile: r_lo (C fragment entries 0, 1) and r_lo + 8 (2, 3).
+  const int r_lo = warp * 16 + (lane >> 2);
+  float o[D / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.f, 0.f};  // this lane's share of each row sum; the quad's shares add up at the end
+
+  for (int kt = 0; kt <= qt; ++kt) {
+    if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
+    const int k0 = kt * kTile;
+    __syncthreads();  // the previous K, V are no longer read (first time: Q is staged)
+    stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+    stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+    stage_ids(seg_k, seg_row, k0, T);
+    __syncthreads();
+
+    float sc[kTile / 8][4];  // scores of rows r_lo, r_lo + 8 against the tile's 64 keys
+    zero(sc);
+    mma_a_bt<D, kTile / 8>(sc, Qs, warp * 16, Ks, 0, kS);
+
+    const bool masked = seg_row || kt == qt || k0 + kTile > T;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+        float x = sc[nt][e] * scale_log2;
+        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) x = -INFINITY;
+        sc[nt][e] = x;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+      }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      base[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key so far: exp2(-inf) = 0
+      const float alpha = exp2f(m[r] - base[r]);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(sc[nt][e] - base[e >> 1]);
+        sc[nt][e] = p;
+        l[e >> 1] += p;
+      }
+    mma_c_b<D, kTile / 8>(o, sc, Vs, 0, kS);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int i = q0 + r_lo + 8 * r;
+    if (i >= T) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    bf16* dst = out + (int64_t(b) * T + i) * s.Hq * D + int64_t(h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack_bf16x2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    if ((lane & 3) == 0)
+      lse[(int64_t(b) * s.Hq + h) * T + i] = l[r] > 0.f ? (m[r] + log2f(l[r])) * attention::kLn2 : -INFINITY;
+  }
+}
+
+template <int D>
+void launch_forward(CudaState& state, Tensor out, Tensor lse, Tensor qkv, const int32_t* segment_ids,
+                    const int2* ranges, const Shape& s, double scale) {
+  const size_t smem = forward_smem_bytes<D>();
+  auto kernel = mma_attention_forward_kernel<D>;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned(ceil_div(s.T, kTile)), unsigned(s.Hq), unsigned(s.B));
+  kernel<<<grid, kThreads, smem, state.stream>>>(out.ptr<bf16>(), lse.ptr<float>(), qkv.ptr<bf16>(),
+                                                 segment_ids, ranges, s,
+                                                 float(scale) * attention::kLog2e);
+  INGOT_LAUNCH_CHECK("mma_attention_forward_kernel");
+}
+
+}  // namespace
+
+bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
+                           int n_q_heads, int n_kv_heads, double scale) {
+  constexpr const char* op = "attention_forward (tensor cores)";
+  const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
+  const char* mode = std::getenv("INGOT_ATTENTION");
+  if (mode && std::strcmp(mode, "kernels") == 0) return false;
+  if (qkv.dtype != DType::bf16 || out.dtype != DType::bf16 || (s.D != 64 && s.D != 128)) return false;
+  if (!aligned16(qkv.data) || !aligned16(out.data) || s.B > 65535 || s.Hq > 65535) return false;
+  CudaState& state = state_of(ctx, op);
+  const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
+  int2* ranges = nullptr;
+  if (seg) {
+    ranges = static_cast<int2*>(scratch_buffer(state, int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(int2)), op));
+    tile_segment_ranges(state, ranges, seg, s.B, s.T);
+  }
+  if (s.D == 64) launch_forward<64>(state, out, lse, qkv, seg, ranges, s, scale);
+  else launch_forward<128>(state, out, lse, qkv, seg, ranges, s, scale);
+  attention_set_last_path("mma");
+  return true;
+}
+
+}  // namespace ingot::cuda
