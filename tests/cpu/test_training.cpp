@@ -195,6 +195,30 @@ TEST_F(Training, BenchRefusesBf16FlagsOnTheCpuNamingTheDevice) {
   EXPECT_NE(out.find("--device cuda"), std::string::npos) << out;
 }
 
+// bench --packed-doc-len feeds packed rows (segment ids, positions restarting per document) and
+// counts attention FLOPs over the pairs that attend: fewer than whole causal rows.
+TEST_F(Training, BenchPacksRowsWhenAsked) {
+  fs::create_directories(root + "/tiny");
+  write_file(root + "/tiny/config.json",
+             R"({"model_type": "llama", "vocab_size": 257, "hidden_size": 32, "intermediate_size": 48,
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})");
+  const std::string bench = cli() + " bench --model " + root + "/tiny --device cpu --seq 64 --micro-batch 2 --steps 2 --warmup 0";
+  auto flops_of = [](const std::string& out) {
+    const size_t at = out.find("\"flops_per_token\":");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + 18));
+  };
+  std::string whole, packed, text, out;
+  ASSERT_EQ(0, run_command(bench + " --json", &whole)) << whole;
+  ASSERT_EQ(0, run_command(bench + " --json --packed-doc-len 8", &packed)) << packed;
+  EXPECT_NE(packed.find("\"packed_doc_len\":8"), std::string::npos) << packed;
+  EXPECT_GT(flops_of(packed), 0) << packed;
+  EXPECT_LT(flops_of(packed), flops_of(whole)) << whole << packed;
+  ASSERT_EQ(0, run_command(bench + " --packed-doc-len 8", &text)) << text;
+  EXPECT_NE(text.find("packed rows: documents of mean length 8"), std::string::npos) << text;
+  EXPECT_NE(0, run_command(bench + " --packed-doc-len 65", &out));
+  EXPECT_NE(out.find("--packed-doc-len must lie in [1, --seq 64]"), std::string::npos) << out;
+}
+
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   std::string out;
   // Straight: 8 steps. Interrupted: the same config stopped after 5 (max_steps=5), then resumed to 8.

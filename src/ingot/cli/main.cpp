@@ -211,6 +211,8 @@ int main(int argc, char** argv) {
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");
   bench->add_flag("--json", bench_options.json, "print one JSON line");
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
+  bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
+                    "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows");
 
   try {
     app.parse(argc, argv);

@@ -59,11 +59,18 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
          6.0 * static_cast<double>(c.num_hidden_layers * seq * c.num_attention_heads * c.head_dim);
 }
 
+double flops_per_token_attending(const ModelConfig& c, double mean_keys) {
+  return 6.0 * static_cast<double>(count_matmul_parameters(c)) +
+         12.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * mean_keys;
+}
+
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   INGOT_CHECK(o.steps >= 1, "ingot bench: --steps must be at least 1, got ", o.steps);
   INGOT_CHECK(o.warmup >= 0, "ingot bench: --warmup must be 0 or more, got ", o.warmup);
   INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
               " and ", o.micro_batch);
+  INGOT_CHECK(o.packed_doc_len >= 0 && o.packed_doc_len <= o.seq, "ingot bench: --packed-doc-len must lie in [1, --seq ",
+              o.seq, "] (0: whole rows), got ", o.packed_doc_len);
   const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
   DeviceContext device(o.device, 0);
@@ -89,13 +96,30 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
 
   // The trainer's step (train/train_step.h): staged inputs, captured CUDA graph, async results.
-  TrainStep runner(ctx, model, optimizer, 1, false, o.cuda_graph);
-  // Random tokens, never zeros: uniform over the vocabulary.
-  std::vector<int32_t> inputs(B * T), targets(B * T), positions(B * T);
-  for (int64_t i = 0; i < B * T; ++i) {
-    inputs[i] = static_cast<int32_t>(1 + splitmix64(2 * i) % (config.vocab_size - 1));
-    targets[i] = static_cast<int32_t>(1 + splitmix64(2 * i + 1) % (config.vocab_size - 1));
-    positions[i] = static_cast<int32_t>(i % T);
+  const bool packed = o.packed_doc_len > 0;
+  TrainStep runner(ctx, model, optimizer, 1, packed, o.cuda_graph);
+  // Random tokens, never zeros: uniform over the vocabulary. Packed rows: documents of random
+  // length, uniform in [1, 2 N - 1] (mean N), back to back and cut at the row's end; positions
+  // restart and segment ids count up at each document, as the loader's packed rows do.
+  std::vector<int32_t> inputs(B * T), targets(B * T), positions(B * T), segments(B * T, 0);
+  double attending_pairs = 0;  // (query, key) pairs that attend, over the batch
+  for (int64_t row = 0, draw = 0; row < B; ++row) {
+    int64_t left = 0, position = 0;
+    int32_t segment = -1;
+    for (int64_t t = 0; t < T; ++t) {
+      if (left == 0) {
+        left = packed ? 1 + static_cast<int64_t>(splitmix64(~draw++) % uint64_t(2 * o.packed_doc_len - 1)) : T;
+        position = 0;
+        ++segment;
+      }
+      --left;
+      const int64_t i = row * T + t;
+      inputs[i] = static_cast<int32_t>(1 + splitmix64(2 * i) % (config.vocab_size - 1));
+      targets[i] = static_cast<int32_t>(1 + splitmix64(2 * i + 1) % (config.vocab_size - 1));
+      positions[i] = static_cast<int32_t>(position++);
+      segments[i] = segment;
+      attending_pairs += static_cast<double>(position);
+    }
   }
   auto synchronize = [&]() {
 #ifdef INGOT_HAVE_CUDA
@@ -107,7 +131,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     std::copy(inputs.begin(), inputs.end(), b.input_ids);
     std::copy(targets.begin(), targets.end(), b.targets);
     std::copy(positions.begin(), positions.end(), b.positions);
-    std::fill(b.segment_ids, b.segment_ids + B * T, 0);
+    std::copy(segments.begin(), segments.end(), b.segment_ids);
     runner.launch(s + 1, 1e-4, B * T, eager);
     runner.collect();
   };
@@ -153,7 +177,8 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   r.model = o.model;
   r.step_ms = step_ms[step_ms.size() / 2];
   r.tokens_per_s = static_cast<double>(B * T) / (r.step_ms / 1000.0);
-  r.flops_per_token = flops_per_token(config, T);
+  r.flops_per_token = packed ? flops_per_token_attending(config, attending_pairs / static_cast<double>(B * T))
+                             : flops_per_token(config, T);
   r.mfu = r.tokens_per_s * r.flops_per_token / 989.4e12;
   const auto use = model.memory_use();
   int64_t bytes = use.params + use.grads + use.activations + optimizer.state_bytes() + optimizer.master_bytes();
@@ -165,14 +190,20 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   if (o.json) {
     nlohmann::ordered_json j = {{"system", "ingot"}, {"model", o.model}, {"seq", T}, {"micro_batch", B},
                                 {"tokens_per_s", r.tokens_per_s}, {"mfu", r.mfu}, {"step_ms", r.step_ms},
-                                {"peak_gib", r.peak_gib}, {"device", device.description()}};
+                                {"peak_gib", r.peak_gib}, {"flops_per_token", r.flops_per_token},
+                                {"device", device.description()}};
+    if (packed) j["packed_doc_len"] = o.packed_doc_len;
 #ifdef INGOT_HAVE_CUDA
     if (ctx.device == Device::cuda) j["libraries"] = cuda::library_versions();
 #endif
     log << j.dump() << std::endl;
   } else {
     log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
-        << ", " << device.description() << ", precision " << describe(recipe) << "\n"
+        << ", " << device.description() << ", precision " << describe(recipe) << "\n";
+    if (packed)
+      log << "packed rows: documents of mean length " << o.packed_doc_len << " (each token attends to "
+          << attending_pairs / static_cast<double>(B * T) << " keys on average; MFU counts those pairs)\n";
+    log
         << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
         << static_cast<int64_t>(r.tokens_per_s) << " tokens/s | MFU " << 100.0 * r.mfu << "% | memory "
         << r.peak_gib << " GiB\n";

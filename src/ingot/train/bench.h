@@ -20,6 +20,7 @@ struct BenchOptions {
   std::string recompute = "none";
   bool json = false;            // one JSON line instead of a table
   bool profile = false;         // after timing, one step with every op timed: the step breakdown
+  int64_t packed_doc_len = 0;   // > 0: rows packed with documents of mean length N (segment ids), as SFT trains
 };
 
 struct BenchResult {
@@ -31,6 +32,10 @@ struct BenchResult {
 ModelConfig bench_preset(const std::string& name);
 // 6 * N_matmul + 6 * L * S * H * Dh (causal attention: half of the full 12).
 double flops_per_token(const ModelConfig& config, int64_t seq);
+// The same with the attention term counted over the (query, key) pairs that attend:
+// 6 * N_matmul + 12 * L * H * Dh * mean_keys, mean_keys the mean number of keys a token attends
+// to ((S + 1) / 2 for whole causal rows, which gives the line above up to rounding).
+double flops_per_token_attending(const ModelConfig& config, double mean_keys);
 
 BenchResult run_bench(const BenchOptions& options, std::ostream& log);
 
