@@ -5,7 +5,8 @@
 // Tiles: 64 query rows x 64 key rows; 128 threads = 4 warps, each warp owning 16 rows of its
 // block's tile (queries in the forward and dQ kernels, keys in the dK/dV kernel). Tiles are staged
 // in shared memory as bf16 rows of D + 8 elements: the pad puts the 8 rows one ldmatrix reads in
-// distinct banks.
+// distinct banks. The streamed tiles (K, V; or Q, dO in the dK/dV kernel) are double-buffered:
+// cp.async fetches the next tile that meets the block's own while the warps compute on this one.
 //
 // Fragments (PTX ISA, mma.m16n8k16 .bf16), for lane = 4 r + c:
 //   A (16 x 16, row major)  rows r and r + 8, columns 2c, 2c+1 and 2c+8, 2c+9;
@@ -139,6 +140,29 @@ __device__ __forceinline__ void stage_tile(bf16* tile, const bf16* base, int64_t
   }
 }
 
+// The same with cp.async (sm_80+): the copies land in shared memory without passing through
+// registers and complete at cp_async_wait, so a block fetches its next tile while it computes
+// on the current one. Rows at or past T are zero-filled (a 0-byte source read).
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+template <int D>
+__device__ __forceinline__ void stage_tile_async(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = (e % kChunks) * 8;
+    const bool in = row0 + r < T;
+    cp_async_16(tile + r * tile_stride<D>() + c, in ? base + int64_t(row0 + r) * row_stride + c : base, in);
+  }
+}
+
 // Segment ids of rows [row0, row0 + kTile) into ids (0 without segments or past T).
 __device__ __forceinline__ void stage_ids(int* ids, const int32_t* seg_row, int row0, int T) {
   for (int r = threadIdx.x; r < kTile; r += kThreads) ids[r] = seg_row && row0 + r < T ? seg_row[row0 + r] : 0;
@@ -150,6 +174,13 @@ __device__ __forceinline__ bool tiles_meet(const int2* ranges, int qt, int kt) {
   if (!ranges) return true;
   const int2 q = ranges[qt], k = ranges[kt];
   return q.x <= k.y && k.x <= q.y;
+}
+
+// The first tile after `t` and at most `last` that meets tile `other`; last + 1 if none.
+__device__ __forceinline__ int next_meeting(const int2* ranges, int other, int t, int last) {
+  for (++t; t <= last && !tiles_meet(ranges, other, t); ++t) {
+  }
+  return t;
 }
 
 // ranges (B, ceil(T / kTile)) = per tile of each row, (min, max) of its tokens' segment ids.

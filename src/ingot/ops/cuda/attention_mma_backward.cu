@@ -27,12 +27,13 @@ namespace {
 using namespace attention_mma;
 using attention::Shape;
 
-// Shared memory of both kernels: four (kTile, D + 8) bf16 tiles | lse (log2 domain) and delta of
-// the query rows (f32) | segment ids of the query and key rows.
+// Shared memory of both kernels: six (kTile, D + 8) bf16 tiles (the two the block keeps, the two
+// it streams, double-buffered) | lse (log2 domain) and delta of the streamed query rows, f32,
+// double-buffered (dK/dV kernel) | segment ids of the kept rows and of both streamed buffers.
 template <int D>
 size_t backward_smem_bytes() {
-  return 4 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 2 * kTile * sizeof(float) +
-         2 * kTile * sizeof(int);
+  return 6 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 4 * kTile * sizeof(float) +
+         3 * kTile * sizeof(int);
 }
 
 template <int D>
@@ -47,12 +48,12 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Ks = reinterpret_cast<bf16*>(smem);
   bf16* Vs = Ks + kTile * kS;
-  bf16* Qs = Vs + kTile * kS;
-  bf16* dOs = Qs + kTile * kS;
-  float* lse_s = reinterpret_cast<float*>(dOs + kTile * kS);
-  float* delta_s = lse_s + kTile;
-  int* seg_q = reinterpret_cast<int*>(delta_s + kTile);
-  int* seg_k = seg_q + kTile;
+  bf16* Q_buf = Vs + kTile * kS;           // [2][kTile * kS]
+  bf16* dO_buf = Q_buf + 2 * kTile * kS;   // [2][kTile * kS]
+  float* lse_buf = reinterpret_cast<float*>(dO_buf + 2 * kTile * kS);  // [2][kTile]
+  float* delta_buf = lse_buf + 2 * kTile;  // [2][kTile]
+  int* seg_k = reinterpret_cast<int*>(delta_buf + 2 * kTile);
+  int* seg_q_buf = seg_k + kTile;          // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
   const int kt = blockIdx.x;  // key tile 0 meets the most query tiles: the heaviest blocks first
@@ -65,55 +66,77 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
-  stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
-  stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+  // The work is a sequence of (query head of the group, query tile) items: for each head, the
+  // query tiles from the diagonal on that meet this key tile (the same tiles for every head).
+  auto fetch_queries = [&](int hh, int qt, int buf) {
+    const int h = g * group + hh, q0 = qt * kTile;
+    stage_tile_async<D>(Q_buf + buf * kTile * kS, batch + int64_t(h) * D, row_stride, q0, T);
+    stage_tile_async<D>(dO_buf + buf * kTile * kS, dout_batch + int64_t(h) * D, dout_stride, q0, T);
+    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
+    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      const bool in = q0 + r < T;
+      lse_buf[buf * kTile + r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
+      delta_buf[buf * kTile + r] = in ? delta_h[q0 + r] : 0.f;
+    }
+    stage_ids(seg_q_buf + buf * kTile, seg_row, q0, T);
+    cp_async_commit();
+  };
+  stage_tile_async<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);  // land with the first queries
+  stage_tile_async<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
   stage_ids(seg_k, seg_row, k0, T);
+  int hh = 0, qt = kt;  // the diagonal tile meets itself: the first item
+  fetch_queries(hh, qt, 0);
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows: r_lo and r_lo + 8
   float dk[D / 8][4], dv[D / 8][4];
   zero(dk);
   zero(dv);
 
-  for (int hh = 0; hh < group; ++hh) {
-    const int h = g * group + hh;
-    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
-    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
-    for (int qt = kt; qt < n_tiles; ++qt) {
-      if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
-      const int q0 = qt * kTile;
-      __syncthreads();  // the previous Q, dO are no longer read (first time: K, V are staged)
-      stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
-      stage_tile<D>(dOs, dout_batch + int64_t(h) * D, dout_stride, q0, T);
-      for (int r = threadIdx.x; r < kTile; r += kThreads) {
-        const bool in = q0 + r < T;
-        lse_s[r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
-        delta_s[r] = in ? delta_h[q0 + r] : 0.f;
-      }
-      stage_ids(seg_q, seg_row, q0, T);
-      __syncthreads();
-
-      const bool masked = seg_row || qt == kt || q0 + kTile > T;
-#pragma unroll
-      for (int c = 0; c < kTile / kChunk; ++c) {
-        float pt[kChunk / 8][4], dst[kChunk / 8][4];  // P^T, then dS^T, of 16 keys x kChunk queries
-        zero(pt);
-        zero(dst);
-        mma_a_bt<D, kChunk / 8>(pt, Ks, warp * 16, Qs, c * kChunk, kS);   // S^T = K Q^T
-        mma_a_bt<D, kChunk / 8>(dst, Vs, warp * 16, dOs, c * kChunk, kS);  // dP^T = V dO^T
-#pragma unroll
-        for (int nt = 0; nt < kChunk / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kr = r_lo + (e >> 1) * 8, qc = c * kChunk + nt * 8 + 2 * (lane & 3) + (e & 1);
-            float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
-            if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
-            pt[nt][e] = p;
-            dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
-          }
-        mma_c_b<D, kChunk / 8>(dv, pt, dOs, c * kChunk, kS);  // dV += P^T dO
-        mma_c_b<D, kChunk / 8>(dk, dst, Qs, c * kChunk, kS);  // dK += dS^T Q
-      }
+  for (int buf = 0; hh < group; buf ^= 1) {
+    int next_hh = hh, next_qt = next_meeting(ranges, kt, qt, n_tiles - 1);  // the same for the whole block
+    if (next_qt == n_tiles) {
+      ++next_hh;
+      next_qt = kt;
     }
+    if (next_hh < group) {
+      fetch_queries(next_hh, next_qt, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // item (hh, qt) (and K, V) visible to every warp
+    const int q0 = qt * kTile;
+    const bf16* Qs = Q_buf + buf * kTile * kS;
+    const bf16* dOs = dO_buf + buf * kTile * kS;
+    const float* lse_s = lse_buf + buf * kTile;
+    const float* delta_s = delta_buf + buf * kTile;
+    const int* seg_q = seg_q_buf + buf * kTile;
+
+    const bool masked = seg_row || qt == kt || q0 + kTile > T;
+#pragma unroll
+    for (int c = 0; c < kTile / kChunk; ++c) {
+      float pt[kChunk / 8][4], dst[kChunk / 8][4];  // P^T, then dS^T, of 16 keys x kChunk queries
+      zero(pt);
+      zero(dst);
+      mma_a_bt<D, kChunk / 8>(pt, Ks, warp * 16, Qs, c * kChunk, kS);   // S^T = K Q^T
+      mma_a_bt<D, kChunk / 8>(dst, Vs, warp * 16, dOs, c * kChunk, kS);  // dP^T = V dO^T
+#pragma unroll
+      for (int nt = 0; nt < kChunk / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kr = r_lo + (e >> 1) * 8, qc = c * kChunk + nt * 8 + 2 * (lane & 3) + (e & 1);
+          float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
+          if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
+          pt[nt][e] = p;
+          dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
+        }
+      mma_c_b<D, kChunk / 8>(dv, pt, dOs, c * kChunk, kS);  // dV += P^T dO
+      mma_c_b<D, kChunk / 8>(dk, dst, Qs, c * kChunk, kS);  // dK += dS^T Q
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    hh = next_hh;
+    qt = next_qt;
   }
 
 #pragma unroll
@@ -139,10 +162,10 @@ __global__ void __launch_bounds__(kThreads)
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
   bf16* dOs = Qs + kTile * kS;
-  bf16* Ks = dOs + kTile * kS;
-  bf16* Vs = Ks + kTile * kS;
-  int* seg_q = reinterpret_cast<int*>(Vs + kTile * kS);  // (the lse/delta room of the layout unused)
-  int* seg_k = seg_q + kTile;
+  bf16* K_buf = dOs + kTile * kS;         // [2][kTile * kS]
+  bf16* V_buf = K_buf + 2 * kTile * kS;   // [2][kTile * kS]
+  int* seg_q = reinterpret_cast<int*>(V_buf + 2 * kTile * kS);  // (the lse/delta room of the layout unused)
+  int* seg_k_buf = seg_q + kTile;         // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
   const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first
@@ -151,12 +174,22 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
+  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
-  stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
-  stage_tile<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
+  auto fetch_keys = [&](int kt, int buf) {
+    stage_tile_async<D>(K_buf + buf * kTile * kS, k_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(V_buf + buf * kTile * kS, v_head, row_stride, kt * kTile, T);
+    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
+    cp_async_commit();
+  };
+  stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
+  stage_tile_async<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
   stage_ids(seg_q, seg_row, q0, T);
+  int kt = next_meeting(ranges, qt, -1, qt);  // <= qt: a tile meets itself
+  fetch_keys(kt, 0);
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
   float row_lse[2], row_delta[2];
@@ -170,14 +203,19 @@ __global__ void __launch_bounds__(kThreads)
   float dq[D / 8][4];
   zero(dq);
 
-  for (int kt = 0; kt <= qt; ++kt) {
-    if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
+  for (int buf = 0; kt <= qt; buf ^= 1) {
+    const int next = next_meeting(ranges, qt, kt, qt);  // the same for the whole block
+    if (next <= qt) {
+      fetch_keys(next, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile kt (and Q, dO) visible to every warp
     const int k0 = kt * kTile;
-    __syncthreads();  // the previous K, V are no longer read (first time: Q, dO are staged)
-    stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
-    stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
-    stage_ids(seg_k, seg_row, k0, T);
-    __syncthreads();
+    const bf16* Ks = K_buf + buf * kTile * kS;
+    const bf16* Vs = V_buf + buf * kTile * kS;
+    const int* seg_k = seg_k_buf + buf * kTile;
 
     float p[kTile / 8][4], ds[kTile / 8][4];  // P, then dS, of 16 queries x 64 keys
     zero(p);
@@ -195,6 +233,8 @@ __global__ void __launch_bounds__(kThreads)
         ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
       }
     mma_c_b<D, kTile / 8>(dq, ds, Ks, 0, kS);  // dQ += dS K
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    kt = next;
   }
 
 #pragma unroll

@@ -45,10 +45,11 @@ namespace {
 using namespace attention_mma;
 using attention::Shape;
 
-// Shared memory: Q, K, V tiles (kTile, D + 8) bf16 | segment ids of the query and key rows.
+// Shared memory: Q | K, V double-buffered, (kTile, D + 8) bf16 each | segment ids of the query
+// rows and of both key buffers.
 template <int D>
 size_t forward_smem_bytes() {
-  return 3 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 2 * kTile * sizeof(int);
+  return 5 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 3 * kTile * sizeof(int);
 }
 
 template <int D>
@@ -58,10 +59,10 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kS = tile_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* Ks = Qs + kTile * kS;
-  bf16* Vs = Ks + kTile * kS;
-  int* seg_q = reinterpret_cast<int*>(Vs + kTile * kS);
-  int* seg_k = seg_q + kTile;
+  bf16* K_buf = Qs + kTile * kS;       // [2][kTile * kS]
+  bf16* V_buf = K_buf + 2 * kTile * kS;  // [2][kTile * kS]
+  int* seg_q = reinterpret_cast<int*>(V_buf + 2 * kTile * kS);
+  int* seg_k_buf = seg_q + kTile;  // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
   const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first: the grid's tail is short work
@@ -70,11 +71,21 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D;
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
+  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
-  stage_tile<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);
+  auto fetch_keys = [&](int kt, int buf) {
+    stage_tile_async<D>(K_buf + buf * kTile * kS, k_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(V_buf + buf * kTile * kS, v_head, row_stride, kt * kTile, T);
+    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
+    cp_async_commit();
+  };
+  stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // lands with the first keys
   stage_ids(seg_q, seg_row, q0, T);
+  int kt = next_meeting(ranges, qt, -1, qt);  // <= qt: a tile meets itself
+  fetch_keys(kt, 0);
 
   // This lane's query rows within the tile: r_lo (C fragment entries 0, 1) and r_lo + 8 (2, 3).
   const int r_lo = warp * 16 + (lane >> 2);
@@ -83,14 +94,19 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.f, 0.f};  // this lane's share of each row sum; the quad's shares add up at the end
 
-  for (int kt = 0; kt <= qt; ++kt) {
-    if (!tiles_meet(ranges, qt, kt)) continue;  // same for the whole block
+  for (int buf = 0; kt <= qt; buf ^= 1) {
+    const int next = next_meeting(ranges, qt, kt, qt);  // the same for the whole block
+    if (next <= qt) {
+      fetch_keys(next, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // tile kt (and Q) visible to every warp
     const int k0 = kt * kTile;
-    __syncthreads();  // the previous K, V are no longer read (first time: Q is staged)
-    stage_tile<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
-    stage_tile<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
-    stage_ids(seg_k, seg_row, k0, T);
-    __syncthreads();
+    const bf16* Ks = K_buf + buf * kTile * kS;
+    const bf16* Vs = V_buf + buf * kTile * kS;
+    const int* seg_k = seg_k_buf + buf * kTile;
 
     float sc[kTile / 8][4];  // scores of rows r_lo, r_lo + 8 against the tile's 64 keys
     zero(sc);
@@ -133,6 +149,8 @@ __global__ void __launch_bounds__(kThreads)
         l[e >> 1] += p;
       }
     mma_c_b<D, kTile / 8>(o, sc, Vs, 0, kS);
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    kt = next;
   }
 
 #pragma unroll
