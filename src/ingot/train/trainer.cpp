@@ -385,8 +385,10 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     const double lr = schedule.at(step);
     runner.launch(step + 1, lr, count);
     in_flight.push_back({step + 1, lr, count});
-    if (in_flight.size() == 2) finish_oldest();
-    if (evaluates(step + 1) || saves(step + 1)) finish_oldest();
+    // On the CPU a launch runs the step to the end, so there is nothing to overlap: finishing it at
+    // once keeps each logged window (tokens/s) to the steps it reports, the last one included.
+    if (in_flight.size() == 2 || ctx.device != Device::cuda) finish_oldest();
+    if (!in_flight.empty() && (evaluates(step + 1) || saves(step + 1))) finish_oldest();
   }
   while (!in_flight.empty()) finish_oldest();
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
