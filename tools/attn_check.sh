@@ -21,7 +21,7 @@ INGOT_CUDA_PERF=1 timeout 300 ./build/tests/ingot_cuda_tests --gtest_filter='Cud
 echo "perf rc=$?"
 grep -E "ingot: cuDNN|error|Failure|bitwise" "$out/perf.log" | head -20
 if [ "${1:-}" = "--bench" ]; then
-  for model in llama-3.2-1b qwen3-0.6b; do
+  for model in llama-3.2-1b qwen3-0.6b qwen2.5-0.5b; do
     for doc in 0 512 2048; do
       echo "$model packed-doc-len $doc: $(./build/ingot bench --model $model --seq 4096 --micro-batch 4 --steps 10 --warmup 3 --packed-doc-len $doc --json 2>&1 | tail -1)"
     done
