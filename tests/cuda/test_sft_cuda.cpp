@@ -1,6 +1,6 @@
-// Chat SFT end to end on CUDA, through the CLI: `ingot prepare --format chat` with the real Qwen3
-// tokenizer and chat template, then a small Qwen3-shaped model trained on the packed, loss-masked
-// shards. Its head dim is 64, so attention over the packed rows (segment ids) runs on the
+// Chat SFT end to end on CUDA, through the CLI: `ingot prepare --format chat` with the repository's
+// Llama-3-style BPE tokenizer fixture and its chat template, then a small Llama-shaped model trained
+// on the packed, loss-masked shards. Its head dim is 64, so attention over the packed rows (segment ids) runs on the
 // tensor-core kernels. The bf16 GPU run must follow the fp32 CPU run's losses, and a second GPU run
 // must repeat the first bit for bit (losses and saved weights).
 #include <gtest/gtest.h>
@@ -38,7 +38,7 @@ std::string chats_jsonl() {
 }
 
 std::string config_yaml(const std::string& data, const std::string& out) {
-  return "model_config:\n  model_type: qwen3\n  vocab_size: 151936\n  hidden_size: 256\n"
+  return "model_config:\n  model_type: llama\n  vocab_size: 1024\n  hidden_size: 256\n"
          "  intermediate_size: 512\n  num_hidden_layers: 2\n  num_attention_heads: 4\n"
          "  num_key_value_heads: 2\n  head_dim: 64\n  max_position_embeddings: 512\n"
          "  tie_word_embeddings: true\n"
@@ -50,8 +50,7 @@ std::string config_yaml(const std::string& data, const std::string& out) {
 
 TEST(CudaSft, PackedChatFollowsCpuAndRepeats) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
-  const std::string tokenizer = test::source_dir() + "/../shared/data/tokenizers/qwen3/tokenizer.json";
-  if (!fs::exists(tokenizer)) GTEST_SKIP() << "../shared/data/tokenizers/qwen3 is absent";
+  const std::string tokenizer = test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json";
   const std::string root = test::temp_dir("CudaSft");
   {
     std::ofstream f(root + "/chats.jsonl");
