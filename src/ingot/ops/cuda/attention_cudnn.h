@@ -3,10 +3,11 @@
 // tests can ask which path ran.
 //
 // Dispatch (per call): cuDNN when it was compiled in (INGOT_HAVE_CUDNN and <cudnn.h>), the env var
-// INGOT_ATTENTION is not "kernels", segment_ids is absent, tensors are bf16, D % 8 == 0 and
-// D <= 128, and every pointer is 16-byte aligned; otherwise the CUDA-core kernels. A graph that
-// cuDNN rejects (no engine for the shape) is remembered and that shape falls back too, with one
-// line on stderr.
+// INGOT_ATTENTION is neither "kernels" nor "mma", segment_ids is absent, tensors are bf16,
+// D % 8 == 0 and D <= 128, and every pointer is 16-byte aligned; otherwise the tensor-core kernels
+// where they apply (attention_mma.h), else the CUDA-core kernels. A graph that cuDNN rejects (no
+// engine for the shape) is remembered and that shape falls back too, with one line on stderr.
+//   INGOT_ATTENTION=mma         the tensor-core kernels wherever they apply (A/B tests)
 //   INGOT_ATTENTION=kernels     the CUDA-core kernels always (A/B tests)
 //   INGOT_ATTENTION=cudnn-fast  cuDNN, backward accumulating dQ in f32 with atomics: 5-20% faster
 //                               backward, not bitwise reproducible
@@ -21,8 +22,8 @@
 
 namespace ingot::cuda {
 
-// "cudnn", "cudnn-fast" (backward only) or "kernels": the path the last attention call on this thread
-// took ("none" before any call).
+// "cudnn", "cudnn-fast" (backward only), "mma" or "kernels": the path the last attention call on
+// this thread took ("none" before any call).
 const char* attention_last_path();
 void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
