@@ -168,6 +168,31 @@ __device__ __forceinline__ void stage_ids(int* ids, const int32_t* seg_row, int 
   for (int r = threadIdx.x; r < kTile; r += kThreads) ids[r] = seg_row && row0 + r < T ? seg_row[row0 + r] : 0;
 }
 
+// The K and V tiles (with their segment ids) a query-tile block streams through two buffers: the
+// forward and dQ kernels share it. Buffers: K, V [2][kTile * (D + 8)] bf16, ids [2][kTile].
+template <int D>
+struct KeyTileStream {
+  bf16* K_buf;
+  bf16* V_buf;
+  int* ids_buf;
+  const bf16* k_head;  // this block's kv head in row b of qkv: token t at k_head + t * row_stride
+  const bf16* v_head;
+  int64_t row_stride;
+  const int32_t* seg_row;  // row b's segment ids, or null
+  int T;
+
+  // Starts the copies of key tile kt into buffer buf, as one cp.async group.
+  __device__ __forceinline__ void fetch(int kt, int buf) const {
+    stage_tile_async<D>(K(buf), k_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(V(buf), v_head, row_stride, kt * kTile, T);
+    stage_ids(ids_buf + buf * kTile, seg_row, kt * kTile, T);
+    cp_async_commit();
+  }
+  __device__ __forceinline__ bf16* K(int buf) const { return K_buf + buf * kTile * tile_stride<D>(); }
+  __device__ __forceinline__ bf16* V(int buf) const { return V_buf + buf * kTile * tile_stride<D>(); }
+  __device__ __forceinline__ const int* ids(int buf) const { return ids_buf + buf * kTile; }
+};
+
 // Whether query tile qt and key tile kt of one row share a segment id (ranges: that row's
 // (min, max) per tile, or null without segments).
 __device__ __forceinline__ bool tiles_meet(const int2* ranges, int qt, int kt) {

@@ -71,21 +71,15 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D;
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
-  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
-  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
+                              batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T};
 
-  auto fetch_keys = [&](int kt, int buf) {
-    stage_tile_async<D>(K_buf + buf * kTile * kS, k_head, row_stride, kt * kTile, T);
-    stage_tile_async<D>(V_buf + buf * kTile * kS, v_head, row_stride, kt * kTile, T);
-    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
-    cp_async_commit();
-  };
   stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // lands with the first keys
   stage_ids(seg_q, seg_row, q0, T);
   int kt = next_meeting(ranges, qt, -1, qt);  // <= qt: a tile meets itself
-  fetch_keys(kt, 0);
+  keys.fetch(kt, 0);
 
   // This lane's query rows within the tile: r_lo (C fragment entries 0, 1) and r_lo + 8 (2, 3).
   const int r_lo = warp * 16 + (lane >> 2);
@@ -97,16 +91,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int buf = 0; kt <= qt; buf ^= 1) {
     const int next = next_meeting(ranges, qt, kt, qt);  // the same for the whole block
     if (next <= qt) {
-      fetch_keys(next, buf ^ 1);
+      keys.fetch(next, buf ^ 1);
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();  // tile kt (and Q) visible to every warp
     const int k0 = kt * kTile;
-    const bf16* Ks = K_buf + buf * kTile * kS;
-    const bf16* Vs = V_buf + buf * kTile * kS;
-    const int* seg_k = seg_k_buf + buf * kTile;
+    const bf16* Ks = keys.K(buf);
+    const bf16* Vs = keys.V(buf);
+    const int* seg_k = keys.ids(buf);
 
     float sc[kTile / 8][4];  // scores of rows r_lo, r_lo + 8 against the tile's 64 keys
     zero(sc);
