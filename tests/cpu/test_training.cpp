@@ -214,7 +214,7 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   EXPECT_GT(flops_of(packed), 0) << packed;
   EXPECT_LT(flops_of(packed), flops_of(whole)) << whole << packed;
   ASSERT_EQ(0, run_command(bench + " --packed-doc-len 8", &text)) << text;
-  EXPECT_NE(text.find("packed rows: documents of mean length 8"), std::string::npos) << text;
+  EXPECT_NE(text.find("packed rows: document lengths drawn with mean 8"), std::string::npos) << text;
   EXPECT_NE(0, run_command(bench + " --packed-doc-len 65", &out));
   EXPECT_NE(out.find("--packed-doc-len must lie in [1, --seq 64]"), std::string::npos) << out;
 }

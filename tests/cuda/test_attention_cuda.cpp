@@ -259,6 +259,14 @@ TEST_F(CudaAttention, MmaMatchesCpu) {
         for (const auto& seg : {std::vector<int32_t>{}, packed_rows(c.B, c.T, seed), scattered_ids(c.B, c.T)})
           expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, "mma", {"mma"});
       }
+  // Rows shorter than a tile, and a last tile of one row.
+  for (int64_t D : {64, 128})
+    for (int64_t T : {1, 63, 65}) {
+      const Case c{2, T, 4, 2, D};
+      const uint64_t seed = uint64_t(31 + T + D);
+      for (const auto& seg : {std::vector<int32_t>{}, packed_rows(c.B, c.T, seed)})
+        expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, "mma", {"mma"});
+    }
   // Long packed rows, where most tile pairs are skipped: Llama-3.2-1B's head layout.
   const Case c{1, 2048, 8, 2, 64};
   const std::vector<int32_t> seg = packed_rows(c.B, c.T, 5);

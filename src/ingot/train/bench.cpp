@@ -204,7 +204,8 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
         << ", " << device.description() << ", precision " << describe(recipe) << "\n";
     if (packed)
-      log << "packed rows: documents of mean length " << o.packed_doc_len << " (each token attends to "
+      log << "packed rows: document lengths drawn with mean " << o.packed_doc_len
+          << ", the last of a row cut at its end (each token attends to "
           << attending_pairs / static_cast<double>(B * T) << " keys on average; MFU counts those pairs)\n";
     log
         << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "

@@ -1,6 +1,7 @@
 // Shared pieces of the tensor-core attention kernels (attention_mma_forward.cu,
 // attention_mma_backward.cu): flash-attention-2 style on mma.sync.m16n8k16 (bf16 operands, f32
-// accumulators), which every GPU from sm_80 on runs. Dispatch: attention_mma.h.
+// accumulators) and cp.async, both sm_80 and later; the dispatch (attention_mma.h) also checks
+// that the device's shared memory per block holds the kernels' tiles.
 //
 // Tiles: 64 query rows x 64 key rows; 128 threads = 4 warps, each warp owning 16 rows of its
 // block's tile (queries in the forward and dQ kernels, keys in the dK/dV kernel). Tiles are staged
@@ -16,9 +17,9 @@
 // product along those 16 columns: P from S and dS from dP go to the next mma without shared memory.
 //
 // Document masking (ops.h): token i attends to token j iff j <= i, both < T and seg[i] == seg[j].
-// A (query tile, key tile) pair is skipped when the tiles' [min id, max id] ranges do not overlap.
-// That is exact for any ids; for packed rows (ids 0, 1, 2, ... then -1 padding) it leaves only the
-// tile pairs inside one document.
+// A (query tile, key tile) pair is skipped when the tiles' [min id, max id] ranges (ids compared
+// as uint32) do not overlap. That is exact for any ids; for the loader's packed rows (ids 0, 1,
+// 2, ... then -1 padding) it leaves only the tile pairs that share a document (or the padding).
 #pragma once
 #include "ingot/ops/cuda/attention_common.cuh"
 
@@ -193,22 +194,25 @@ struct KeyTileStream {
   __device__ __forceinline__ const int* ids(int buf) const { return ids_buf + buf * kTile; }
 };
 
-// Whether query tile qt and key tile kt of one row share a segment id (ranges: that row's
+// Whether query tile qt and key tile kt of one row can share a segment id (ranges: that row's
 // (min, max) per tile, or null without segments).
-__device__ __forceinline__ bool tiles_meet(const int2* ranges, int qt, int kt) {
+__device__ __forceinline__ bool tiles_meet(const uint2* ranges, int qt, int kt) {
   if (!ranges) return true;
-  const int2 q = ranges[qt], k = ranges[kt];
+  const uint2 q = ranges[qt], k = ranges[kt];
   return q.x <= k.y && k.x <= q.y;
 }
 
 // The first tile after `t` and at most `last` that meets tile `other`; last + 1 if none.
-__device__ __forceinline__ int next_meeting(const int2* ranges, int other, int t, int last) {
+__device__ __forceinline__ int next_meeting(const uint2* ranges, int other, int t, int last) {
   for (++t; t <= last && !tiles_meet(ranges, other, t); ++t) {
   }
   return t;
 }
 
-// ranges (B, ceil(T / kTile)) = per tile of each row, (min, max) of its tokens' segment ids.
-void tile_segment_ranges(CudaState& state, int2* ranges, const int32_t* segment_ids, int B, int T);
+// ranges (B, ceil(T / kTile)) = per tile of each row, (min, max) of its tokens' segment ids read as
+// uint32: an order-preserving relabelling, so the overlap test stays exact for any ids, and the
+// loader's padding id -1 sorts after every document. (As signed ids, the tile where the last
+// document meets the padding would span [-1, last] and meet every tile before it.)
+void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids, int B, int T);
 
 }  // namespace ingot::cuda::attention_mma

@@ -4,7 +4,8 @@
 // headers). Kernels and layout: attention_mma.cuh.
 //
 // Dispatch (per call, after cuDNN has declined): bf16 qkv/out/dout, D = 64 or 128, 16-byte
-// aligned pointers, and INGOT_ATTENTION not "kernels". INGOT_ATTENTION=mma makes cuDNN decline, so
+// aligned pointers, tiles that fit the device's shared memory per block (the D = 128 backward
+// needs 104 KiB), and INGOT_ATTENTION not "kernels". INGOT_ATTENTION=mma makes cuDNN decline, so
 // that this path also runs without segment ids (A/B tests and benchmarks).
 #pragma once
 #include "ingot/core/context.h"

@@ -39,7 +39,7 @@ size_t backward_smem_bytes() {
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     mma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
-                                       const bf16* qkv, const int32_t* segment_ids, const int2* tile_ranges,
+                                       const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
                                        Shape s, float scale, float scale_log2) {
   constexpr int kS = tile_stride<D>();
   // Queries per pass over a staged tile: at D = 128, S^T and dP^T for all 64 would not fit in
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
   const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
   // The work is a sequence of (query head of the group, query tile) items: for each head, the
   // query tiles from the diagonal on that meet this key tile (the same tiles for every head).
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads)
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     mma_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
-                                     const bf16* qkv, const int32_t* segment_ids, const int2* tile_ranges,
+                                     const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
                                      Shape s, float scale, float scale_log2) {
   constexpr int kS = tile_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
                               batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T};
 
@@ -244,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 void launch_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
-                     const bf16* qkv, const int32_t* segment_ids, const int2* ranges, const Shape& s,
+                     const bf16* qkv, const int32_t* segment_ids, const uint2* ranges, const Shape& s,
                      double scale) {
   const size_t smem = backward_smem_bytes<D>();
   const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
@@ -270,17 +270,22 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
   const char* mode = std::getenv("INGOT_ATTENTION");
   if (mode && std::strcmp(mode, "kernels") == 0) return false;
   for (const Tensor* t : {&dqkv, &dout, &out, &qkv})
-    if (t->dtype != DType::bf16 || !aligned16(t->data)) return false;
+    if (t->dtype != DType::bf16) return false;
+  // out is read only by the delta kernel, element by element; the others go through 16-byte copies.
+  for (const Tensor* t : {&dqkv, &dout, &qkv})
+    if (!aligned16(t->data)) return false;
   if ((s.D != 64 && s.D != 128) || s.B > 65535 || s.Hq > 65535) return false;
   CudaState& state = state_of(ctx, op);
-  // Scratch: delta (B,Hq,T) f32, then the tile ranges (B, n_tiles) int2 with segment ids.
+  if (int64_t(s.D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>()) > state.max_smem_per_block)
+    return false;
+  // Scratch: delta (B,Hq,T) f32, then the tile ranges (B, n_tiles) uint2 with segment ids.
   const int64_t rows = int64_t(s.B) * s.Hq * s.T;
   const int64_t delta_bytes = (rows * int64_t(sizeof(float)) + 255) / 256 * 256;
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
-  const int64_t range_bytes = seg ? int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(int2)) : 0;
+  const int64_t range_bytes = seg ? int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2)) : 0;
   char* scratch = static_cast<char*>(scratch_buffer(state, delta_bytes + range_bytes, op));
   float* delta = reinterpret_cast<float*>(scratch);
-  int2* ranges = seg ? reinterpret_cast<int2*>(scratch + delta_bytes) : nullptr;
+  uint2* ranges = seg ? reinterpret_cast<uint2*>(scratch + delta_bytes) : nullptr;
   if (seg) tile_segment_ranges(state, ranges, seg, s.B, s.T);
   attention::attention_delta_kernel<bf16><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
       delta, dout.ptr<bf16>(), out.ptr<bf16>(), s);

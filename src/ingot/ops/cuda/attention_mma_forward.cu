@@ -17,22 +17,22 @@ namespace ingot::cuda {
 
 namespace attention_mma {
 
-__global__ void tile_segment_ranges_kernel(int2* ranges, const int32_t* segment_ids, int B, int T) {
+__global__ void tile_segment_ranges_kernel(uint2* ranges, const int32_t* segment_ids, int B, int T) {
   const int n_tiles = (T + kTile - 1) / kTile;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < int64_t(B) * n_tiles;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int b = int(idx / n_tiles), t0 = int(idx % n_tiles) * kTile, t1 = min(T, t0 + kTile);
     const int32_t* row = segment_ids + int64_t(b) * T;
-    int lo = row[t0], hi = row[t0];
+    uint32_t lo = uint32_t(row[t0]), hi = lo;
     for (int t = t0 + 1; t < t1; ++t) {
-      lo = min(lo, row[t]);
-      hi = max(hi, row[t]);
+      lo = min(lo, uint32_t(row[t]));
+      hi = max(hi, uint32_t(row[t]));
     }
-    ranges[idx] = make_int2(lo, hi);
+    ranges[idx] = make_uint2(lo, hi);
   }
 }
 
-void tile_segment_ranges(CudaState& state, int2* ranges, const int32_t* segment_ids, int B, int T) {
+void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids, int B, int T) {
   const int64_t n = int64_t(B) * ceil_div(T, kTile);
   tile_segment_ranges_kernel<<<grid_for(n, 256, state), 256, 0, state.stream>>>(ranges, segment_ids, B, T);
   INGOT_LAUNCH_CHECK("tile_segment_ranges_kernel");
@@ -55,7 +55,7 @@ size_t forward_smem_bytes() {
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     mma_attention_forward_kernel(bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,
-                                 const int2* tile_ranges, Shape s, float scale_log2) {
+                                 const uint2* tile_ranges, Shape s, float scale_log2) {
   constexpr int kS = tile_stride<D>();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* Qs = reinterpret_cast<bf16*>(smem);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_stride = int64_t(s.Htot()) * D;
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const int2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
                               batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T};
 
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int D>
 void launch_forward(CudaState& state, Tensor out, Tensor lse, Tensor qkv, const int32_t* segment_ids,
-                    const int2* ranges, const Shape& s, double scale) {
+                    const uint2* ranges, const Shape& s, double scale) {
   const size_t smem = forward_smem_bytes<D>();
   auto kernel = mma_attention_forward_kernel<D>;
   INGOT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -187,10 +187,12 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
   if (qkv.dtype != DType::bf16 || out.dtype != DType::bf16 || (s.D != 64 && s.D != 128)) return false;
   if (!aligned16(qkv.data) || !aligned16(out.data) || s.B > 65535 || s.Hq > 65535) return false;
   CudaState& state = state_of(ctx, op);
+  if (int64_t(s.D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>()) > state.max_smem_per_block)
+    return false;
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
-  int2* ranges = nullptr;
+  uint2* ranges = nullptr;
   if (seg) {
-    ranges = static_cast<int2*>(scratch_buffer(state, int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(int2)), op));
+    ranges = static_cast<uint2*>(scratch_buffer(state, int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2)), op));
     tile_segment_ranges(state, ranges, seg, s.B, s.T);
   }
   if (s.D == 64) launch_forward<64>(state, out, lse, qkv, seg, ranges, s, scale);
