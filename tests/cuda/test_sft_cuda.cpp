@@ -1,8 +1,9 @@
 // Chat SFT end to end on CUDA, through the CLI: `ingot prepare --format chat` with the repository's
 // Llama-3-style BPE tokenizer fixture and its chat template, then a small Llama-shaped model trained
-// on the packed, loss-masked shards. Its head dim is 64, so attention over the packed rows (segment ids) runs on the
-// tensor-core kernels. The bf16 GPU run must follow the fp32 CPU run's losses, and a second GPU run
-// must repeat the first bit for bit (losses and saved weights).
+// on the packed, loss-masked shards. Its head dim is 64, so the dispatch sends attention over the
+// packed rows (segment ids) to the tensor-core kernels (CudaAttention.DispatchPicksThePath). The
+// bf16 GPU run must follow the fp32 CPU run's losses, and a second GPU run must repeat the first
+// bit for bit (losses and saved weights).
 #include <gtest/gtest.h>
 
 #include <cmath>
