@@ -6,14 +6,17 @@ weights, SDPA attention, torch.optim.AdamW(fused=True, lr=1e-4); one step is
     loss = model(input_ids, labels=labels).loss; loss.backward();
     clip_grad_norm_(params, 1.0); opt.step(); opt.zero_grad(set_to_none=True)
 in mode "eager" or "compile" (torch.compile(model)). Random token ids (never zeros), a fresh batch
-each step. After the warm-up steps, peak memory is reset and >= 10 steps are timed with CUDA events;
+each step. With --packed-doc-len N the rows are packed with documents as `ingot bench
+--packed-doc-len N` packs them (bench/presets.py, the same draws): position_ids restart at each
+document, from which transformers derives the document mask (padding-free training without a
+data collator; with SDPA that is a dense boolean mask), and MFU counts the pairs that attend. After the warm-up steps, peak memory is reset and >= 10 steps are timed with CUDA events;
 the median step time gives tokens/s = B*T/median and MFU (bench/presets.py, DESIGN.md).
 
 Prints one JSON line per measurement and appends it to --json-out; an out-of-memory error becomes a
 row with "oom": true, any other failure a row with "error".
 
   python3 bench/peers.py --preset llama-3.2-1b [--modes eager,compile] [--seq 4096] [--micro-batch 4]
-                         [--steps 10] [--json-out FILE] [--device cuda|cpu]
+                         [--steps 10] [--json-out FILE] [--device cuda|cpu] [--packed-doc-len N]
   python3 bench/peers.py --preset qwen3-0.6b --write-config DIR   # DIR/config.json, for `ingot bench`
   python3 bench/peers.py --check                                 # shapes vs the public param counts
 """
@@ -121,9 +124,23 @@ def measure(name, cfg_dict, mode, args, info):
     gen.manual_seed(args.seed + 1)
     # Random ids in [1, V): never zeros. One batch per step, made before any timing.
     batches = [torch.randint(1, V, (B, T), device=device, generator=gen) for _ in range(n_total)]
+    position_ids, flops = None, presets.flops_per_token(cfg_dict, T)
+    if args.packed_doc_len:
+        positions = presets.packed_positions(B, T, args.packed_doc_len)
+        position_ids = torch.tensor(positions, device=device)
+        mean_keys = sum(p + 1 for row in positions for p in row) / (B * T)
+        flops = presets.flops_per_token_attending(cfg_dict, mean_keys)
+        try:  # what transformers makes of them: one id per document
+            from transformers.masking_utils import find_packed_sequence_indices
+            docs = find_packed_sequence_indices(position_ids)
+            docs = "none (one sequence a row)" if docs is None else int((docs[:, -1] + 1).sum())
+        except ImportError:
+            docs = "unknown (no transformers.masking_utils)"
+        log(f"packed rows: {sum(p == 0 for row in positions for p in row)} documents, "
+            f"{mean_keys:.1f} keys a token on average; transformers sees {docs} documents")
 
     def step(ids):
-        loss = step_model(ids, labels=ids).loss
+        loss = step_model(ids, labels=ids, position_ids=position_ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -166,7 +183,7 @@ def measure(name, cfg_dict, mode, args, info):
     loss_values = [float(x) for x in losses]
     row = {
         "system": f"transformers-{mode}", "model": name, "seq": T, "micro_batch": B,
-        "tokens_per_s": round(tokens_per_s, 1), "mfu": round(presets.mfu(cfg_dict, T, tokens_per_s), 6),
+        "tokens_per_s": round(tokens_per_s, 1), "mfu": round(tokens_per_s * flops / presets.PEAK_FLOPS, 6),
         "step_ms": round(median_ms, 3), "peak_gib": None if peak_gib is None else round(peak_gib, 3),
         "step_ms_mean_wall": round(wall_ms, 3),
         "step_ms_min": round(min(step_times), 3), "step_ms_max": round(max(step_times), 3),
@@ -174,9 +191,11 @@ def measure(name, cfg_dict, mode, args, info):
         "first_loss": None if first_loss is None else round(float(first_loss), 4),
         "last_loss": round(loss_values[-1], 4),
         "n_params": n_params, "n_matmul": n_formula,
-        "flops_per_token": presets.flops_per_token(cfg_dict, T),
+        "flops_per_token": flops,
         "fused_adamw": fused, "device": device, **info,
     }
+    if args.packed_doc_len:
+        row["packed_doc_len"] = args.packed_doc_len
     if mode == "compile" and graphs_timed:
         row["graphs_compiled_while_timed"] = graphs_timed  # recompilation inside the timed steps
     if not all(math.isfinite(x) for x in loss_values):
@@ -259,6 +278,8 @@ def main():
     p.add_argument("--warmup-compile", type=int, default=5)
     p.add_argument("--device", default="cuda")
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--packed-doc-len", type=int, default=0,
+                   help="pack rows with documents of mean length N, as `ingot bench --packed-doc-len` (0: whole rows)")
     p.add_argument("--json-out", help="append each JSON row to this file")
     p.add_argument("--write-config", metavar="DIR", help="write the preset's config.json into DIR and exit")
     p.add_argument("--check", action="store_true", help="check the preset shapes on the meta device and exit")
@@ -275,6 +296,8 @@ def main():
 
     import torch
     import transformers
+    if not 0 <= args.packed_doc_len <= args.seq:
+        raise SystemExit(f"--packed-doc-len must lie in [1, --seq {args.seq}] (0: whole rows), got {args.packed_doc_len}")
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
         if m not in ("eager", "compile"):

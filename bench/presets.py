@@ -149,6 +149,41 @@ def mfu(cfg, seq, tokens_per_s, peak=PEAK_FLOPS):
     return tokens_per_s * flops_per_token(cfg, seq) / peak
 
 
+def flops_per_token_attending(cfg, mean_keys):
+    """The same with the attention term over the (query, key) pairs that attend, as `ingot bench
+    --packed-doc-len` counts it: 6*N_matmul + 12*L*H*Dh*mean_keys."""
+    return 6 * n_matmul(cfg) + 12 * cfg["num_hidden_layers"] * cfg["num_attention_heads"] * head_dim(cfg) * mean_keys
+
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+def packed_positions(rows, seq, mean_doc_len):
+    """Positions of rows packed with documents, the layout `ingot bench --packed-doc-len` builds (the
+    same draws, so both sides train on the same documents): lengths uniform in 1..2N-1, back to back,
+    the last cut at the row's end; positions restart at 0 with each document."""
+    out, draw = [], 0
+    for _ in range(rows):
+        row, left, pos = [], 0, 0
+        for _ in range(seq):
+            if left == 0:
+                left = 1 + _splitmix64(~draw & _M64) % (2 * mean_doc_len - 1)
+                draw += 1
+                pos = 0
+            left -= 1
+            row.append(pos)
+            pos += 1
+        out.append(row)
+    return out
+
+
 if __name__ == "__main__":
     for name, cfg in PRESETS.items():
         print(f"{name:14s} N_matmul {n_matmul(cfg) / 1e6:9.1f}M  FLOPs/token@4096 {flops_per_token(cfg, 4096) / 1e9:7.3f}G")

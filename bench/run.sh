@@ -5,6 +5,8 @@
 #   bash bench/run.sh BUILD_DIR [--quick] [--skip-compile] [--budget SECONDS]
 #        [--models a,b,c] [--big NAME|none] [--seq N] [--micro-batch N] [--device cuda|cpu]
 #        [--ingot-args "FLAGS"]   (extra `ingot bench` flags for every Ingot row, e.g. a recipe)
+#        [--packed-doc-len N]     (both sides train rows packed with documents of mean length N,
+#                                  the same documents; MFU counts the pairs that attend)
 #
 # Writes to ${OUT:-/tmp/bench-out}: bench.log (every run's output), bench-results.jsonl (one row per
 # measurement, failures included) and bench-table.md (the table printed at the end).
@@ -12,11 +14,11 @@
 # 300 s with --quick); whatever does not fit is reported as skipped.
 set -uo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 BUILD=$1; shift
-QUICK=0; SKIP_COMPILE=0; BUDGET=""; MODELS=""; BIG_ARG=""; SEQ=4096; MB=4; DEVICE=cuda; INGOT_ARGS=""
+QUICK=0; SKIP_COMPILE=0; BUDGET=""; MODELS=""; BIG_ARG=""; SEQ=4096; MB=4; DEVICE=cuda; INGOT_ARGS=""; PACKED=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --micro-batch) MB=$2; shift ;;
     --device) DEVICE=$2; shift ;;
     --ingot-args) INGOT_ARGS=$2; shift ;;
+    --packed-doc-len) PACKED=$2; shift ;;
     -h|--help) usage ;;
     *) echo "run.sh: unknown argument $1" >&2; usage ;;
   esac
@@ -54,6 +57,7 @@ fi
 [ -n "$BIG_ARG" ] && BIG=$BIG_ARG
 [ "$BIG" = none ] && BIG=""
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
+[ "$PACKED" != 0 ] && INGOT_ARGS="$INGOT_ARGS --packed-doc-len $PACKED"
 INGOT_EXTRA=$INGOT_ARGS  # a job's own INGOT_EXTRA=... prefix replaces it for that job
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
@@ -228,7 +232,7 @@ job() {
   else
     timeout -k 10 "$limit" "$PY" "$HERE/peers.py" --preset "$model" --modes "$kind" --seq "$SEQ" \
       --micro-batch "$mb" --steps "$PEER_STEPS" --warmup-eager "$WARM_EAGER" --warmup-compile "$WARM_COMPILE" \
-      --device "$DEVICE" >"$out" 2>"$err" </dev/null
+      --device "$DEVICE" --packed-doc-len "$PACKED" >"$out" 2>"$err" </dev/null
     rc=$?
   fi
   [ -n "$smi_pid" ] && { kill "$smi_pid" 2>/dev/null; wait "$smi_pid" 2>/dev/null; }
@@ -289,7 +293,8 @@ for r in rows:
         cfg = presets.get(m)
     except SystemExit:
         cfg = None
-    mfu = presets.mfu(cfg, s, v) if (v and cfg) else r.get("mfu") if v else None
+    # Packed rows: each side reports MFU over the pairs that attend (the same documents on both).
+    mfu = r.get("mfu") if (v and r.get("packed_doc_len")) else presets.mfu(cfg, s, v) if (v and cfg) else r.get("mfu") if v else None
     note = ""
     if r.get("oom"):
         note = "OOM"
