@@ -57,7 +57,7 @@ fi
 [ -n "$BIG_ARG" ] && BIG=$BIG_ARG
 [ "$BIG" = none ] && BIG=""
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
-[ "$PACKED" != 0 ] && INGOT_ARGS="$INGOT_ARGS --packed-doc-len $PACKED"
+[ "$PACKED" != 0 ] && INGOT_ARGS="${INGOT_ARGS:+$INGOT_ARGS }--packed-doc-len $PACKED"
 INGOT_EXTRA=$INGOT_ARGS  # a job's own INGOT_EXTRA=... prefix replaces it for that job
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
@@ -334,6 +334,11 @@ print(f"Measured {datetime.date.today().isoformat()} on one {gpu}{vers}. Median 
       " MFU = tokens/s × (6·N_matmul + 6·L·S·H·Dh) ÷ 989.4e12. Peers: bf16 weights, SDPA, fused AdamW,"
       " clip_grad_norm_ 1.0, random token ids. SM MHz / W: medians over the run's samples (nvidia-smi,"
       " every 100 ms) drawing at least 80% of the board's power limit.")
+packed = sorted({r["packed_doc_len"] for r in rows if r.get("packed_doc_len")})
+if packed:
+    print(f"Packed rows (--packed-doc-len {'/'.join(map(str, packed))}): both sides train the same documents (positions"
+          " restart at each; transformers derives its document mask from them), and MFU counts attention over the"
+          " pairs that attend: 12·L·H·Dh·(mean keys a token attends to) in place of 6·L·S·H·Dh.")
 caps = [r for r in rows if r.get("power_limit_w")]
 if caps:
     print(f"Power limit {caps[0]['power_limit_w']:.0f} W; share of loaded samples the driver flags as power-capped: "
