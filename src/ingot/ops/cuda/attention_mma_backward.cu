@@ -37,7 +37,7 @@ size_t backward_smem_bytes() {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     mma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
                                        const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
                                        Shape s, float scale, float scale_log2) {
