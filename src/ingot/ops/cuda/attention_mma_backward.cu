@@ -36,6 +36,9 @@ size_t backward_smem_bytes() {
          3 * kTile * sizeof(int);
 }
 
+// At D = 64, 3 blocks an SM (168 registers, a few bytes spilled) beat 2 (194 registers): the kernel
+// is latency-bound, and the third block's warps hide it (perf.md, optimisation log). At D = 128
+// the tiles' shared memory allows 2 blocks whatever the registers.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     mma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
