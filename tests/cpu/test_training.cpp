@@ -295,6 +295,8 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   EXPECT_NE(0, run_command(cli() + " train " + root + "/a_directory", &out));
   EXPECT_NE(out.find("it is a directory"), std::string::npos) << out;
 
+  EXPECT_NE(0, run_command(cli() + " trian " + root + "/a_directory", &out));
+  EXPECT_NE(out.find("unknown command \"trian\"; the commands are train, prepare"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
   EXPECT_NE(out.find("--steps must be at least 1"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));

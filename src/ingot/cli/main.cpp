@@ -214,6 +214,20 @@ int main(int argc, char** argv) {
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
                     "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows");
 
+  // A mistyped command would otherwise read as "A subcommand is required": name it and the choices.
+  if (argc >= 2 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::cerr << "error: unknown command \"" << argv[1] << "\"; the commands are " << names
+                << " (ingot --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
