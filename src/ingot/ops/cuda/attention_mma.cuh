@@ -128,22 +128,10 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 }
 
 // ---- staging ------------------------------------------------------------------------------------
-// Token rows [row0, row0 + kTile) of one head (D elements at `base`, tokens `row_stride` apart)
-// -> tile (kTile, D + 8); rows at or past T are zero. base and row_stride keep 16-byte alignment.
-template <int D>
-__device__ __forceinline__ void stage_tile(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
-  constexpr int kChunks = D / 8;
-  for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
-    const int r = e / kChunks, c = (e % kChunks) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (row0 + r < T) v = *reinterpret_cast<const uint4*>(base + int64_t(row0 + r) * row_stride + c);
-    *reinterpret_cast<uint4*>(tile + r * tile_stride<D>() + c) = v;
-  }
-}
+// cp.async (sm_80+): the copies land in shared memory without passing through registers and
+// complete at cp_async_wait, so a block fetches its next tile while it computes on the current one.
 
-// The same with cp.async (sm_80+): the copies land in shared memory without passing through
-// registers and complete at cp_async_wait, so a block fetches its next tile while it computes
-// on the current one. Rows at or past T are zero-filled (a 0-byte source read).
+// 16 bytes from src to dst; with valid false, 16 zero bytes (a 0-byte source read).
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
                "r"(valid ? 16 : 0));
@@ -154,6 +142,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+// Token rows [row0, row0 + kTile) of one head (D elements at `base`, tokens `row_stride` apart)
+// -> tile (kTile, D + 8), as cp.async copies of this thread's share; rows at or past T are zero.
+// base and row_stride keep 16-byte alignment.
 template <int D>
 __device__ __forceinline__ void stage_tile_async(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
   constexpr int kChunks = D / 8;
