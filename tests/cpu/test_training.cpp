@@ -2,6 +2,7 @@
 // export/generate, and the bad-input contract (clear message naming the culprit, non-zero exit,
 // no partial output that looks complete).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -217,6 +218,26 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   EXPECT_NE(text.find("packed rows: document lengths drawn with mean 8"), std::string::npos) << text;
   EXPECT_NE(0, run_command(bench + " --packed-doc-len 65", &out));
   EXPECT_NE(out.find("--packed-doc-len must lie in [1, --seq 64]"), std::string::npos) << out;
+}
+
+// A run killed while saving leaves checkpoint-<step>.tmp-<pid> behind: the next run in that
+// output_dir removes it (its process is gone) and says so; a live process's folder stays.
+TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
+  std::string out;
+  ASSERT_EQ(0, run_command("sh -c 'echo $$'", &out));  // a pid whose process has exited
+  const std::string dead_pid = out.substr(0, out.find_first_not_of("0123456789"));
+  ASSERT_FALSE(dead_pid.empty()) << out;
+  const std::string dir = root + "/partial", dead = dir + "/checkpoint-2.tmp-" + dead_pid;
+  const std::string live = dir + "/checkpoint-2.tmp-" + std::to_string(::getpid());
+  fs::create_directories(dead);
+  write_file(dead + "/model.safetensors", "half a checkpoint");
+  fs::create_directories(live);
+  ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "partial", "", &out)) << out;
+  EXPECT_FALSE(fs::exists(dead)) << out;
+  EXPECT_TRUE(fs::exists(live)) << "a live process's folder must stay";
+  EXPECT_NE(out.find("note: removed " + dead + ", a partial checkpoint of a run killed while saving"),
+            std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

@@ -1,8 +1,11 @@
 #include "ingot/train/checkpoint.h"
 
-#include <algorithm>
-#include <filesystem>
+#include <signal.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <filesystem>
 
 #include "ingot/core/error.h"
 #include "ingot/io/hf_model.h"
@@ -41,6 +44,25 @@ std::vector<std::string> list_checkpoints(const std::string& output_dir) {
   std::vector<std::string> dirs;
   for (auto& [step, dir] : found) dirs.push_back(dir);
   return dirs;
+}
+
+std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir) {
+  std::vector<std::string> removed;
+  if (!fs::is_directory(output_dir)) return removed;
+  for (const auto& entry : fs::directory_iterator(output_dir)) {
+    const std::string name = entry.path().filename().string();
+    const size_t at = name.find(".tmp-");
+    if (name.rfind("checkpoint-", 0) != 0 || at == std::string::npos || !entry.is_directory()) continue;
+    const std::string digits = name.substr(at + 5);
+    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(digits));
+    // kill(pid, 0) probes without signalling: 0 or EPERM means the process exists.
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM) continue;
+    fs::remove_all(entry.path());
+    removed.push_back(entry.path().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
 }
 
 std::string resolve_model_dir(const std::string& path) {

@@ -31,6 +31,10 @@ nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, 
                                AdamW& optimizer);
 // checkpoint-<step> directories under output_dir, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& output_dir);
+// checkpoint-<step>.tmp-<pid> folders under output_dir whose process is gone (a run killed while
+// saving; such a folder can hold gigabytes), removed; returns their paths. The folder of a live
+// process is left alone: it may be saving right now.
+std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir);
 // A checkpoint or model directory as given, or the newest checkpoint of a run's output_dir.
 std::string resolve_model_dir(const std::string& path);
 

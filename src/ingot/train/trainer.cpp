@@ -198,6 +198,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
+  for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir))
+    log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
 
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
