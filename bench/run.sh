@@ -57,7 +57,8 @@ fi
 [ -n "$BIG_ARG" ] && BIG=$BIG_ARG
 [ "$BIG" = none ] && BIG=""
 IFS=, read -r -a MODEL_LIST <<<"$MODELS"
-[ "$PACKED" != 0 ] && INGOT_ARGS="${INGOT_ARGS:+$INGOT_ARGS }--packed-doc-len $PACKED"
+PACKED_ARG=""; [ "$PACKED" != 0 ] && PACKED_ARG="--packed-doc-len $PACKED"
+INGOT_ARGS="${INGOT_ARGS}${INGOT_ARGS:+${PACKED_ARG:+ }}$PACKED_ARG"
 INGOT_EXTRA=$INGOT_ARGS  # a job's own INGOT_EXTRA=... prefix replaces it for that job
 ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
 
@@ -208,7 +209,7 @@ job() {
     return
   fi
   local limit=$(( cap < left ? cap : left ))
-  local extra=""; [ "$kind" = ingot ] && extra=${INGOT_EXTRA:-}  # Ingot's flags; peers take none
+  local extra=""; [ "$kind" = ingot ] && extra=${INGOT_EXTRA:-}  # Ingot's flags; peers take only --packed-doc-len
   local tag="$kind-$model-$mb$extra" out err rc t0=$SECONDS
   tag=${tag// /}
   out="$WORK/$tag.out"; err="$WORK/$tag.err"
@@ -251,7 +252,7 @@ if [ -n "$BIG" ]; then
   # memory of the eager peer's bf16 model (bf16 weights, gradients and AdamW moments, no master
   # copy), plus the elementwise recompute.
   if tail -n 1 "$RESULTS" | grep -q '"oom": true'; then
-    INGOT_EXTRA="--no-master-weights --grad-dtype bf16 --optimizer-state-dtype bf16 --recompute elementwise" \
+    INGOT_EXTRA="--no-master-weights --grad-dtype bf16 --optimizer-state-dtype bf16 --recompute elementwise${PACKED_ARG:+ $PACKED_ARG}" \
       job ingot "$BIG" 1 150 30
   fi
 fi
@@ -264,7 +265,7 @@ for b in "${ALT_MBS[@]}"; do for m in "${MODEL_LIST[@]}"; do job ingot "$m" "$b"
 echo "[$(printf '%4d' $SECONDS)s] done"
 
 # The table, ready for docs/perf.md. MFU is recomputed from tokens/s with one formula for every row
-# (bench/presets.py); "Ingot ÷ this" is Ingot's tokens/s at the same model and shape over the row's.
+# (bench/presets.py), except packed rows, whose MFU each side reports over the pairs that attend; "Ingot ÷ this" is Ingot's tokens/s at the same model and shape over the row's.
 "$PY" - "$RESULTS" "$HERE" "$MB" <<'PY' | tee "$TABLE"
 import datetime, json, os, subprocess, sys
 sys.path.insert(0, sys.argv[2])

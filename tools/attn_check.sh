@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the accelerator machine: build, run the attention tests (cuDNN and tensor-core paths vs CPU,
-# dispatch, determinism, packed-row model equivalence), the attention perf tables (every path;
+# dispatch, determinism; the packed-row model equivalence, whose fixture's D = 16 takes the
+# CUDA-core kernels), the attention perf tables (every path;
 # packed rows) and, with --bench, training steps on whole rows against packed rows (ingot bench
 # --packed-doc-len). Logs go to $OUT; short tables last.
 #   usage: bash tools/attn_check.sh [--bench]

@@ -13,8 +13,9 @@
 // reproducible at the perf shapes), checked against the tolerance only.
 //
 // Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaAttention*Perf*' prints the
-// median time and TFLOP/s (causal: fwd 2*2*B*Hq*T*T*D/2, bwd 2.5x fwd) of each path at B=4,
-// T=4096 for the Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-0.5B attention shapes.
+// median time and TFLOP/s (causal: fwd 2*2*B*Hq*T*T*D/2, bwd 2.5x fwd) of each path: Perf at B=4,
+// T=4096 for the Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-0.5B attention shapes; PerfShortSequences
+// at 64..2048 tokens; PerfPackedRows on packed rows at Llama-3.2-1B's heads (each test's comment).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -34,7 +34,7 @@ ModelConfig bench_preset(const std::string& name);
 double flops_per_token(const ModelConfig& config, int64_t seq);
 // The same with the attention term counted over the (query, key) pairs that attend:
 // 6 * N_matmul + 12 * L * H * Dh * mean_keys, mean_keys the mean number of keys a token attends
-// to ((S + 1) / 2 for whole causal rows, which gives the line above up to rounding).
+// to ((S + 1) / 2 for whole causal rows: the line above within one key a token).
 double flops_per_token_attending(const ModelConfig& config, double mean_keys);
 
 BenchResult run_bench(const BenchOptions& options, std::ostream& log);

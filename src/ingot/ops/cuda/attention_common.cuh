@@ -1,13 +1,15 @@
-// Shared pieces of the causal GQA attention kernels (attention_forward.cu, attention_backward.cu).
-// These are correctness-first flash-attention-2 style kernels on CUDA cores:
+// Shared pieces of the causal GQA attention kernels. Shape, attends() and the delta kernel serve
+// both kernel families: the CUDA-core kernels (attention_forward.cu, attention_backward.cu) and the
+// tensor-core ones (attention_mma.cuh). The rest describes the CUDA-core kernels, correctness-first
+// flash-attention-2 style:
 //   - tiles of kBlockQ query rows x kBlockK key rows, staged in shared memory as f32 (rows padded
 //     to D+1 floats so that column walks hit distinct banks);
 //   - 256 threads as a 16 x 16 grid: thread (ty, tx) owns tile rows ty*4 + a (a < 4) and tile
 //     columns tx + 16*b (b < 4) of every score tile, and output columns d = tx + 16*j;
 //   - the S x S score matrix never exists beyond one tile; the forward saves lse; the backward
 //     recomputes P from lse.
-// The faster path (tensor cores: mma.sync / wgmma, or cuDNN's SDPA) replaces the inner products
-// and keeps this tiling, masking and the lse/D contracts.
+// The faster paths (cuDNN's fused attention, the mma.sync kernels of attention_mma.cuh) keep the
+// masking and the lse/delta contracts; the tensor-core kernels stage bf16 tiles instead.
 #pragma once
 #include "ingot/ops/cuda/common.cuh"
 
