@@ -240,6 +240,22 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
+// An --overwrite run killed outright leaves the old run in .replaced-run-<pid>: later runs in that
+// output_dir say where it is, and keep it.
+TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
+  std::string out;
+  ASSERT_EQ(0, run_command("sh -c 'echo $$'", &out));  // a pid whose process has exited
+  const std::string dead_pid = out.substr(0, out.find_first_not_of("0123456789"));
+  ASSERT_FALSE(dead_pid.empty()) << out;
+  const std::string dir = root + "/orphan", aside = dir + "/.replaced-run-" + dead_pid;
+  fs::create_directories(aside);
+  write_file(aside + "/metrics.jsonl", "{\"step\": 1, \"loss\": 5.0}\n");
+  ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "orphan", "", &out)) << out;
+  EXPECT_NE(out.find("note: " + aside + " holds a run that an `--overwrite` run, since killed, had moved aside"),
+            std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(aside + "/metrics.jsonl")) << "the old run must be kept";
+}
+
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   std::string out;
   // Straight: 8 steps. Interrupted: the same config stopped after 5 (max_steps=5), then resumed to 8.

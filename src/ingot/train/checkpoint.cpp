@@ -1,13 +1,12 @@
 #include "ingot/train/checkpoint.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <filesystem>
 
 #include "ingot/core/error.h"
+#include "ingot/core/process.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
 #include "ingot/io/safetensors.h"
@@ -53,11 +52,8 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
     const std::string name = entry.path().filename().string();
     const size_t at = name.find(".tmp-");
     if (name.rfind("checkpoint-", 0) != 0 || at == std::string::npos || !entry.is_directory()) continue;
-    const std::string digits = name.substr(at + 5);
-    if (digits.empty() || digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    const pid_t pid = static_cast<pid_t>(std::stol(digits));
-    // kill(pid, 0) probes without signalling: 0 or EPERM means the process exists.
-    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno == EPERM) continue;
+    const int64_t pid = pid_suffix(name, name.substr(0, at + 5));
+    if (pid < 0 || pid == ::getpid() || process_exists(pid)) continue;
     fs::remove_all(entry.path());
     removed.push_back(entry.path().string());
   }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ingot/core/error.h"
+#include "ingot/core/process.h"
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/model/transformer.h"
@@ -115,6 +117,19 @@ class ReplacedRun {
   bool finished_ = false;
 };
 
+// .replaced-run-<pid> folders of output_dir whose --overwrite run was killed (its process gone):
+// they hold the old run, which no one will put back or delete. Kept; the log names them.
+std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
+  std::vector<fs::path> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const int64_t pid = pid_suffix(entry.path().filename().string(), ".replaced-run-");
+    if (pid >= 0 && pid != ::getpid() && entry.is_directory() && !process_exists(pid)) found.push_back(entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 // Refuses to mix a new run into an old one unless the user said which they want.
 std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
   const fs::path dir(c.output_dir);
@@ -197,6 +212,10 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
+  // Before the output_dir checks, which may refuse the run: the note tells where an older run went.
+  for (const fs::path& aside : orphaned_replaced_runs(c.output_dir))
+    log << "note: " << aside.string() << " holds a run that an `--overwrite` run, since killed, had moved aside; "
+        << "move its contents back to restore it, or delete it\n";
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
   for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir))
     log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
