@@ -54,14 +54,13 @@ ModelConfig bench_preset(const std::string& name) {
   return parse_model_config(j.dump(), "preset " + name);
 }
 
-double flops_per_token(const ModelConfig& c, int64_t seq) {
-  return 6.0 * static_cast<double>(count_matmul_parameters(c)) +
-         6.0 * static_cast<double>(c.num_hidden_layers * seq * c.num_attention_heads * c.head_dim);
-}
-
 double flops_per_token_attending(const ModelConfig& c, double mean_keys) {
   return 6.0 * static_cast<double>(count_matmul_parameters(c)) +
          12.0 * static_cast<double>(c.num_hidden_layers * c.num_attention_heads * c.head_dim) * mean_keys;
+}
+
+double flops_per_token(const ModelConfig& c, int64_t seq) {
+  return flops_per_token_attending(c, static_cast<double>(seq) / 2);
 }
 
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
@@ -207,8 +206,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
       log << "packed rows: document lengths drawn with mean " << o.packed_doc_len
           << ", the last of a row cut at its end (each token attends to "
           << attending_pairs / static_cast<double>(B * T) << " keys on average; MFU counts those pairs)\n";
-    log
-        << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
+    log << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
         << static_cast<int64_t>(r.tokens_per_s) << " tokens/s | MFU " << 100.0 * r.mfu << "% | memory "
         << r.peak_gib << " GiB\n";
   }

@@ -47,6 +47,15 @@ thread_local const char* g_last_path = "none";
 const char* attention_last_path() { return g_last_path; }
 void attention_set_last_path(const char* path) { g_last_path = path; }
 
+AttentionMode attention_mode() {
+  const char* env = std::getenv("INGOT_ATTENTION");
+  if (!env) return AttentionMode::automatic;
+  if (std::strcmp(env, "cudnn-fast") == 0) return AttentionMode::cudnn_fast;
+  if (std::strcmp(env, "mma") == 0) return AttentionMode::mma;
+  if (std::strcmp(env, "kernels") == 0) return AttentionMode::kernels;
+  return AttentionMode::automatic;
+}
+
 #ifndef INGOT_CUDA_USE_CUDNN
 
 bool attention_cudnn_compiled() { return false; }
@@ -64,16 +73,14 @@ namespace {
 
 enum class Variant { fast, deterministic };
 
-// What INGOT_ATTENTION asks for; read per call so that tests can A/B in one process. "kernels"
-// and "mma" ask for one of Ingot's own kernel families instead of cuDNN.
+// "kernels" and "mma" ask for one of Ingot's own kernel families instead of cuDNN.
 bool cudnn_declined_by_env() {
-  const char* env = std::getenv("INGOT_ATTENTION");
-  return env && (std::strcmp(env, "kernels") == 0 || std::strcmp(env, "mma") == 0);
+  const AttentionMode mode = attention_mode();
+  return mode == AttentionMode::kernels || mode == AttentionMode::mma;
 }
 // Deterministic unless asked otherwise: bitwise-reproducible steps are an engine invariant.
 Variant requested_variant() {
-  const char* env = std::getenv("INGOT_ATTENTION");
-  return env && std::strcmp(env, "cudnn-fast") == 0 ? Variant::fast : Variant::deterministic;
+  return attention_mode() == AttentionMode::cudnn_fast ? Variant::fast : Variant::deterministic;
 }
 
 // Tensor unique ids of the non-virtual tensors (the variant pack binds these).

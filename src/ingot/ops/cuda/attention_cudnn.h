@@ -22,6 +22,15 @@
 
 namespace ingot::cuda {
 
+// INGOT_ATTENTION, read per call so that tests can A/B in one process; other values are `automatic`.
+enum class AttentionMode {
+  automatic,   // unset: cuDNN (deterministic backward), then the tensor-core kernels, then CUDA cores
+  cudnn_fast,  // "cudnn-fast"
+  mma,         // "mma"
+  kernels,     // "kernels"
+};
+AttentionMode attention_mode();
+
 // "cudnn", "cudnn-fast" (backward only), "mma" or "kernels": the path the last attention call on
 // this thread took ("none" before any call).
 const char* attention_last_path();

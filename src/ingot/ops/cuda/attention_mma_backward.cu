@@ -13,8 +13,6 @@
 // Recomputing S and dP in both kernels costs 7 tile products instead of 5: the price of a fixed
 // summation order for dQ.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_mma.cuh"
@@ -270,8 +268,7 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
                             Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale) {
   constexpr const char* op = "attention_backward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  const char* mode = std::getenv("INGOT_ATTENTION");
-  if (mode && std::strcmp(mode, "kernels") == 0) return false;
+  if (attention_mode() == AttentionMode::kernels) return false;
   for (const Tensor* t : {&dqkv, &dout, &out, &qkv})
     if (t->dtype != DType::bf16) return false;
   // out is read only by the delta kernel, element by element; the others go through 16-byte copies.

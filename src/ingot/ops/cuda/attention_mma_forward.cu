@@ -6,8 +6,6 @@
 // S = Q K^T on tensor cores, online softmax in the log2 domain, O += P V with P rounded to bf16
 // (as flash attention does; the row sums use the f32 values), normalised once at the end.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_mma.cuh"
@@ -182,8 +180,7 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
                            int n_q_heads, int n_kv_heads, double scale) {
   constexpr const char* op = "attention_forward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  const char* mode = std::getenv("INGOT_ATTENTION");
-  if (mode && std::strcmp(mode, "kernels") == 0) return false;
+  if (attention_mode() == AttentionMode::kernels) return false;
   if (qkv.dtype != DType::bf16 || out.dtype != DType::bf16 || (s.D != 64 && s.D != 128)) return false;
   if (!aligned16(qkv.data) || !aligned16(out.data) || s.B > 65535 || s.Hq > 65535) return false;
   CudaState& state = state_of(ctx, op);
