@@ -160,31 +160,6 @@ __device__ __forceinline__ void stage_ids(int* ids, const int32_t* seg_row, int 
   for (int r = threadIdx.x; r < kTile; r += kThreads) ids[r] = seg_row && row0 + r < T ? seg_row[row0 + r] : 0;
 }
 
-// The K and V tiles (with their segment ids) a query-tile block streams through two buffers: the
-// forward and dQ kernels share it. Buffers: K, V [2][kTile * (D + 8)] bf16, ids [2][kTile].
-template <int D>
-struct KeyTileStream {
-  bf16* K_buf;
-  bf16* V_buf;
-  int* ids_buf;
-  const bf16* k_head;  // this block's kv head in row b of qkv: token t at k_head + t * row_stride
-  const bf16* v_head;
-  int64_t row_stride;
-  const int32_t* seg_row;  // row b's segment ids, or null
-  int T;
-
-  // Starts the copies of key tile kt into buffer buf, as one cp.async group.
-  __device__ __forceinline__ void fetch(int kt, int buf) const {
-    stage_tile_async<D>(K(buf), k_head, row_stride, kt * kTile, T);
-    stage_tile_async<D>(V(buf), v_head, row_stride, kt * kTile, T);
-    stage_ids(ids_buf + buf * kTile, seg_row, kt * kTile, T);
-    cp_async_commit();
-  }
-  __device__ __forceinline__ bf16* K(int buf) const { return K_buf + buf * kTile * tile_stride<D>(); }
-  __device__ __forceinline__ bf16* V(int buf) const { return V_buf + buf * kTile * tile_stride<D>(); }
-  __device__ __forceinline__ const int* ids(int buf) const { return ids_buf + buf * kTile; }
-};
-
 // Whether query tile qt and key tile kt of one row can share a segment id (ranges: that row's
 // (min, max) per tile, or null without segments).
 __device__ __forceinline__ bool tiles_meet(const uint2* ranges, int qt, int kt) {
@@ -199,6 +174,55 @@ __device__ __forceinline__ int next_meeting(const uint2* ranges, int other, int 
   }
   return t;
 }
+
+// The K and V tiles (with their segment ids) that meet query tile qt, streamed through two
+// buffers: the forward and dQ kernels share it. Buffers: K, V [2][kTile * (D + 8)] bf16, ids
+// [2][kTile]. Usage: kt = start(); then per tile next = wait_and_prefetch(kt, buf), compute on
+// buffer buf, __syncthreads(), kt = next and buf ^= 1, while kt <= qt.
+template <int D>
+struct KeyTileStream {
+  bf16* K_buf;
+  bf16* V_buf;
+  int* ids_buf;
+  const bf16* k_head;  // this block's kv head in row b of qkv: token t at k_head + t * row_stride
+  const bf16* v_head;
+  int64_t row_stride;
+  const int32_t* seg_row;  // row b's segment ids, or null
+  int T;
+  const uint2* ranges;     // row b's tile ranges, or null
+  int qt;                  // the query tile; key tiles past it are never needed (causal)
+
+  // Starts the copies of key tile kt into buffer buf, as one cp.async group.
+  __device__ __forceinline__ void fetch(int kt, int buf) const {
+    stage_tile_async<D>(K(buf), k_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(V(buf), v_head, row_stride, kt * kTile, T);
+    stage_ids(ids_buf + buf * kTile, seg_row, kt * kTile, T);
+    cp_async_commit();
+  }
+  // The first key tile, started into buffer 0 (<= qt: a tile meets itself).
+  __device__ __forceinline__ int start() const {
+    const int kt = next_meeting(ranges, qt, -1, qt);
+    fetch(kt, 0);
+    return kt;
+  }
+  // Starts the next key tile that meets the query tile into the other buffer, then waits until
+  // tile kt (in buffer buf, with whatever was committed alongside it) is visible to every warp.
+  // Returns the next tile, qt + 1 when there is none; the same for the whole block.
+  __device__ __forceinline__ int wait_and_prefetch(int kt, int buf) const {
+    const int next = next_meeting(ranges, qt, kt, qt);
+    if (next <= qt) {
+      fetch(next, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    return next;
+  }
+  __device__ __forceinline__ bf16* K(int buf) const { return K_buf + buf * kTile * tile_stride<D>(); }
+  __device__ __forceinline__ bf16* V(int buf) const { return V_buf + buf * kTile * tile_stride<D>(); }
+  __device__ __forceinline__ const int* ids(int buf) const { return ids_buf + buf * kTile; }
+};
 
 // ranges (B, ceil(T / kTile)) = per tile of each row, (min, max) of its tokens' segment ids read as
 // uint32: an order-preserving relabelling, so the overlap test stays exact for any ids, and the

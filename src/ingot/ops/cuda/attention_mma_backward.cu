@@ -178,13 +178,12 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
-                              batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T};
+                              batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T, ranges, qt};
 
   stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
   stage_tile_async<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
   stage_ids(seg_q, seg_row, q0, T);
-  int kt = next_meeting(ranges, qt, -1, qt);  // <= qt: a tile meets itself
-  keys.fetch(kt, 0);
+  int kt = keys.start();
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
   float row_lse[2], row_delta[2];
@@ -199,14 +198,7 @@ __global__ void __launch_bounds__(kThreads)
   zero(dq);
 
   for (int buf = 0; kt <= qt; buf ^= 1) {
-    const int next = next_meeting(ranges, qt, kt, qt);  // the same for the whole block
-    if (next <= qt) {
-      keys.fetch(next, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // tile kt (and Q, dO) visible to every warp
+    const int next = keys.wait_and_prefetch(kt, buf);  // tile kt (and Q, dO) visible to every warp
     const int k0 = kt * kTile;
     const bf16* Ks = keys.K(buf);
     const bf16* Vs = keys.V(buf);
