@@ -152,6 +152,15 @@ class CudaFixture : public ::testing::Test {
     poison(t);
     return t;
   }
+  // Captures fn into the state's CUDA graph (nothing runs while capturing), instantiates the graph,
+  // replays it once and waits for it.
+  void capture_and_replay(const std::function<void()>& fn) {
+    cuda::begin_capture(state_);
+    fn();
+    cuda::end_capture_and_instantiate(state_);
+    cuda::replay(state_);
+    cuda::synchronize(state_);
+  }
 
   Context gpu, cpu;
 

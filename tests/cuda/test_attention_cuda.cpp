@@ -329,35 +329,28 @@ TEST_F(CudaAttention, MmaIsBitwiseReproducibleAndReplays) {
     ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
     ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
   };
-  std::vector<std::vector<uint8_t>> runs;
-  for (int r = 0; r < 3; ++r) {
-    poison(out);
-    poison(lse);
-    poison(dqkv);
-    step();
-    EXPECT_STREQ(cuda::attention_last_path(), "mma");
-    std::vector<uint8_t> bytes = download_bytes(out);
-    for (const Tensor* t : {&lse, &dqkv}) {
+  auto poison_outputs = [&] {
+    for (const Tensor* t : {&out, &lse, &dqkv}) poison(*t);
+  };
+  auto output_bytes = [&] {  // out, lse and dqkv, one after another
+    std::vector<uint8_t> bytes;
+    for (const Tensor* t : {&out, &lse, &dqkv}) {
       const auto more = download_bytes(*t);
       bytes.insert(bytes.end(), more.begin(), more.end());
     }
-    runs.push_back(std::move(bytes));
+    return bytes;
+  };
+  std::vector<std::vector<uint8_t>> runs;
+  for (int r = 0; r < 3; ++r) {
+    poison_outputs();
+    step();
+    EXPECT_STREQ(cuda::attention_last_path(), "mma");
+    runs.push_back(output_bytes());
   }
   EXPECT_TRUE(runs[0] == runs[1] && runs[1] == runs[2]) << "eager runs differ";
-  poison(out);
-  poison(lse);
-  poison(dqkv);
-  cuda::begin_capture(state_);
-  step();
-  cuda::end_capture_and_instantiate(state_);
-  cuda::replay(state_);
-  cuda::synchronize(state_);
-  std::vector<uint8_t> replayed = download_bytes(out);
-  for (const Tensor* t : {&lse, &dqkv}) {
-    const auto more = download_bytes(*t);
-    replayed.insert(replayed.end(), more.begin(), more.end());
-  }
-  EXPECT_TRUE(replayed == runs[0]) << "graph replay differs from the eager runs";
+  poison_outputs();
+  capture_and_replay(step);
+  EXPECT_TRUE(output_bytes() == runs[0]) << "graph replay differs from the eager runs";
 }
 
 TEST_F(CudaAttention, CudnnBackwardIsBitwiseReproducible) {
@@ -404,11 +397,7 @@ TEST_F(CudaAttention, CudnnInsideCudaGraph) {
     poison(out);
     poison(lse);
     poison(dqkv);
-    cuda::begin_capture(state_);
-    step();
-    cuda::end_capture_and_instantiate(state_);
-    cuda::replay(state_);
-    cuda::synchronize(state_);
+    capture_and_replay(step);
     EXPECT_STREQ(cuda::attention_last_path(), variant);
     EXPECT_TRUE(download_bytes(out) == eager_out) << variant;
     EXPECT_TRUE(download_bytes(lse) == eager_lse) << variant;

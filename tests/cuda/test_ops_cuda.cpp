@@ -841,11 +841,7 @@ TEST_F(CudaOps, AdamWAndSumToReplayWithNewScalars) {
 
   reset();
   set_step(g1, x1, s1);
-  cuda::begin_capture(state_);
-  step();
-  cuda::end_capture_and_instantiate(state_);
-  cuda::replay(state_);
-  cuda::synchronize(state_);
+  capture_and_replay(step);
   const auto replay1 = snapshot();
   set_step(g2, x2, s2);
   cuda::replay(state_);
