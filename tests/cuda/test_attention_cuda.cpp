@@ -34,6 +34,7 @@
 #include "ingot/core/dtype.h"
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_documents.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
 #include "test_util.h"
@@ -115,9 +116,11 @@ class CudaAttention : public CudaFixture {
     return p;
   }
   // Forward under INGOT_ATTENTION=`mode` and backward under each of `backward_modes` against the
-  // CPU twin; each call must take the path of that name ("cudnn" for the default, null).
+  // CPU twin; each call must take the path of that name (for the default, null: default_path, and
+  // default_backward_path for the backward where given).
   void expect_matches_cpu(const Case& c, const Reference& ref, const std::vector<int32_t>& seg,
-                          const char* mode, std::initializer_list<const char*> backward_modes);
+                          const char* mode, std::initializer_list<const char*> backward_modes,
+                          const char* default_path = "cudnn", const char* default_backward_path = nullptr);
   // Large random bf16 tensor: a 1M-element random block repeated at shifting offsets.
   void fill_random(Tensor t, uint64_t seed) {
     const int64_t n = t.numel(), block = int64_t(1) << 20;
@@ -191,7 +194,8 @@ std::vector<int32_t> scattered_ids(int64_t B, int64_t T) {
 }
 
 void CudaAttention::expect_matches_cpu(const Case& c, const Reference& ref, const std::vector<int32_t>& seg,
-                                       const char* mode, std::initializer_list<const char*> backward_modes) {
+                                       const char* mode, std::initializer_list<const char*> backward_modes,
+                                       const char* default_path, const char* default_backward_path) {
   const int64_t Htot = c.Hq + 2 * c.Hkv, N = c.B * c.T;
   const double scale = 1.0 / std::sqrt(double(c.D));
   const std::string name = c.describe() + (seg.empty() ? "" : " +segments");
@@ -201,7 +205,7 @@ void CudaAttention::expect_matches_cpu(const Case& c, const Reference& ref, cons
     gseg = alloc(DType::i32, {c.B, c.T});
     cuda::copy_to_device(gseg.data, seg.data(), gseg.bytes(), state_);
   }
-  auto path_of = [](const char* m) { return m ? m : "cudnn"; };
+  auto path_of = [&](const char* m) { return m ? m : default_path; };
 
   Tensor gqkv = alloc(DType::bf16, {c.B, c.T, Htot, c.D});
   write(gqkv, ref.qkv);
@@ -227,7 +231,9 @@ void CudaAttention::expect_matches_cpu(const Case& c, const Reference& ref, cons
       ScopedMode scoped(variant);
       ops::attention_backward(gpu, gdqkv, gdout, gout16, glse_c, gqkv, gseg, int(c.Hq), int(c.Hkv), scale);
     }
-    EXPECT_STREQ(cuda::attention_last_path(), path_of(variant)) << name;
+    EXPECT_STREQ(cuda::attention_last_path(),
+                 !variant && default_backward_path ? default_backward_path : path_of(variant))
+        << name;
     const Floats got = download(gdqkv);
     const int64_t bounds[4] = {0, c.Hq, c.Hq + c.Hkv, Htot};
     const char* parts[3] = {"dq", "dk", "dv"};
@@ -274,8 +280,48 @@ TEST_F(CudaAttention, MmaMatchesCpu) {
   expect_matches_cpu(c, cpu_reference(cpu, c, seg, 5), seg, "mma", {"mma"});
 }
 
-// Which path takes a call: cuDNN without segment ids; the tensor-core kernels with them (bf16,
-// D = 64 or 128); the CUDA-core kernels for any other head dim, for f32, or when asked.
+// Rows of documents with the given lengths, cycled, then padding (id -1) over the last tenth: for
+// the lengths around the documents path's split (kLongDocument).
+std::vector<int32_t> rows_of_documents(int64_t B, int64_t T, std::vector<int64_t> lengths) {
+  std::vector<int32_t> ids(size_t(B * T));
+  size_t next = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    int32_t id = 0;
+    for (int64_t t = 0, left = lengths[next++ % lengths.size()]; t < T; ++t) {
+      if (left-- == 0) {
+        ++id;
+        left = lengths[next++ % lengths.size()] - 1;
+      }
+      ids[size_t(b * T + t)] = t >= T - T / 10 ? -1 : id;
+    }
+  }
+  return ids;
+}
+
+// Packed rows by default: the forward's long documents on cuDNN, the rest on the tensor-core
+// kernels, against the CPU twin (the backward: tensor-core kernels). Rows mixing both, documents of exactly kLongDocument and one token fewer,
+// a long document running into the padding, rows of only short documents, and unsorted ids
+// (which the split leaves wholly to the tensor-core kernels).
+TEST_F(CudaAttention, DocumentsMatchCpu) {
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  const int64_t L = cuda::kLongDocument;
+  for (int64_t D : {64, 128})
+    for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}}) {
+      const Case c{2, 1000, Hq, Hkv, D};
+      const uint64_t seed = uint64_t(23 + D + Hkv);
+      for (const auto& seg : {packed_rows(c.B, c.T, seed), rows_of_documents(c.B, c.T, {L, L - 1, 3, 2 * L + 5, 70}),
+                              rows_of_documents(c.B, c.T, {17, 130, 1, 200}), scattered_ids(c.B, c.T)})
+        expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, nullptr, {nullptr}, "cudnn+mma", "mma");
+    }
+  // Llama-3.2-1B's head layout on long rows, and a document that fills its row.
+  const Case c{2, 2048, 8, 2, 64};
+  for (const auto& seg : {packed_rows(c.B, c.T, 5), rows_of_documents(c.B, c.T, {4000})})
+    expect_matches_cpu(c, cpu_reference(cpu, c, seg, 5), seg, nullptr, {nullptr}, "cudnn+mma", "mma");
+}
+
+// Which path takes a call: cuDNN without segment ids, cuDNN with the tensor-core kernels with
+// them (bf16, D = 64 or 128; the tensor-core kernels alone without cuDNN); the CUDA-core kernels
+// for any other head dim, for f32, or when asked.
 TEST_F(CudaAttention, DispatchPicksThePath) {
   const int64_t B = 1, T = 64, Hq = 2, Hkv = 1, D = 64, Htot = Hq + 2 * Hkv;
   Tensor qkv = alloc(DType::bf16, {B, T, Htot, D});
@@ -285,7 +331,8 @@ TEST_F(CudaAttention, DispatchPicksThePath) {
   std::vector<int32_t> ids(static_cast<size_t>(B * T), 0);
   cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
   ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.125);
-  EXPECT_STREQ(cuda::attention_last_path(), "mma") << "segment ids take the tensor-core kernels";
+  EXPECT_STREQ(cuda::attention_last_path(), cuda::attention_cudnn_compiled() ? "cudnn+mma" : "mma")
+      << "segment ids";
   if (cuda::attention_cudnn_compiled()) {
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
     EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << "no segment ids";
@@ -294,6 +341,8 @@ TEST_F(CudaAttention, DispatchPicksThePath) {
     ScopedMode mode("mma");
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
     EXPECT_STREQ(cuda::attention_last_path(), "mma") << "INGOT_ATTENTION=mma";
+    ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "mma") << "INGOT_ATTENTION=mma, segment ids";
   }
   {
     ScopedMode mode("kernels");
@@ -313,9 +362,10 @@ TEST_F(CudaAttention, DispatchPicksThePath) {
   EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "f32";
 }
 
-// The trainer needs bitwise-repeatable steps captured in one CUDA graph: the tensor-core kernels
-// on packed rows, three eager runs and a graph replay, byte for byte.
-TEST_F(CudaAttention, MmaIsBitwiseReproducibleAndReplays) {
+// The trainer needs bitwise-repeatable steps captured in one CUDA graph: packed rows on the
+// tensor-core kernels alone and with cuDNN (the default), three eager runs and a graph replay each,
+// byte for byte.
+TEST_F(CudaAttention, PackedRowsAreBitwiseReproducibleAndReplay) {
   const int64_t B = 2, T = 1000, Hq = 8, Hkv = 2, D = 128, Htot = Hq + 2 * Hkv;
   Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
   write(qkv, randn_bf16(B * T * Htot * D, 41));
@@ -325,8 +375,10 @@ TEST_F(CudaAttention, MmaIsBitwiseReproducibleAndReplays) {
   cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
   Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
   Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
+  std::string forward_path;
   auto step = [&] {
     ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
+    forward_path = cuda::attention_last_path();
     ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, seg, int(Hq), int(Hkv), 0.088);
   };
   auto poison_outputs = [&] {
@@ -340,17 +392,22 @@ TEST_F(CudaAttention, MmaIsBitwiseReproducibleAndReplays) {
     }
     return bytes;
   };
-  std::vector<std::vector<uint8_t>> runs;
-  for (int r = 0; r < 3; ++r) {
+  for (const char* mode : {"mma", static_cast<const char*>(nullptr)}) {
+    const char* path = mode ? mode : cuda::attention_cudnn_compiled() ? "cudnn+mma" : "mma";
+    ScopedMode scoped(mode);
+    std::vector<std::vector<uint8_t>> runs;
+    for (int r = 0; r < 3; ++r) {
+      poison_outputs();
+      step();
+      EXPECT_EQ(forward_path, path);
+      EXPECT_STREQ(cuda::attention_last_path(), "mma");
+      runs.push_back(output_bytes());
+    }
+    EXPECT_TRUE(runs[0] == runs[1] && runs[1] == runs[2]) << path << ": eager runs differ";
     poison_outputs();
-    step();
-    EXPECT_STREQ(cuda::attention_last_path(), "mma");
-    runs.push_back(output_bytes());
+    capture_and_replay(step);
+    EXPECT_TRUE(output_bytes() == runs[0]) << path << ": graph replay differs from the eager runs";
   }
-  EXPECT_TRUE(runs[0] == runs[1] && runs[1] == runs[2]) << "eager runs differ";
-  poison_outputs();
-  capture_and_replay(step);
-  EXPECT_TRUE(output_bytes() == runs[0]) << "graph replay differs from the eager runs";
 }
 
 TEST_F(CudaAttention, CudnnBackwardIsBitwiseReproducible) {
@@ -516,7 +573,8 @@ TEST_F(CudaAttention, PerfPackedRows) {
     const char* mode;
     bool segments;
   };
-  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, CUDA-core kernels", "kernels", true},
+  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, tensor cores alone", "mma", true},
+                       Run{"packed, CUDA-core kernels", "kernels", true},
                        Run{"whole-row causal (default)", nullptr, false}, Run{"whole-row causal, mma", "mma", false}}) {
     ScopedMode scoped(r.mode);
     const Tensor segments = r.segments ? seg : Tensor{};

@@ -185,7 +185,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   const auto use = model.memory_use();
   int64_t bytes = use.params + use.grads + use.activations + optimizer.state_bytes() + optimizer.master_bytes();
 #ifdef INGOT_HAVE_CUDA
-  if (ctx.device == Device::cuda) bytes += cuda::kCublasLtWorkspaceBytes;
+  if (ctx.device == Device::cuda) bytes += cuda::kCublasLtWorkspaceBytes + cuda::scratch_bytes(ctx.cuda);
 #endif
   r.peak_gib = static_cast<double>(bytes) / (1024.0 * 1024 * 1024);
 

@@ -9,6 +9,7 @@
 
 #include "ingot/core/error.h"
 #ifdef INGOT_HAVE_CUDA
+#include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/device.h"
 #endif
 
@@ -32,7 +33,11 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   m.master = AdamW::estimate_master_bytes(P, recipe);
   m.optimizer = AdamW::estimate_state_bytes(P, recipe);
 #ifdef INGOT_HAVE_CUDA
-  if (device == Device::cuda) m.scratch = cuda::kCublasLtWorkspaceBytes;
+  if (device == Device::cuda) {
+    const int64_t head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / config.num_attention_heads;
+    m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes +
+                cuda::attention_scratch_estimate(micro_batch, seq_len, config.num_attention_heads, head_dim);
+  }
 #endif
   return m;
 }

@@ -36,6 +36,8 @@
 #include <vector>
 
 #include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_documents.h"
+#include "ingot/ops/cuda/attention_mma.h"
 #include "ingot/ops/cuda/common.cuh"
 
 namespace ingot::cuda {
@@ -46,6 +48,14 @@ thread_local const char* g_last_path = "none";
 
 const char* attention_last_path() { return g_last_path; }
 void attention_set_last_path(const char* path) { g_last_path = path; }
+
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D) {
+  const int64_t rows = B * Hq * T;
+  const int64_t kernels = rows * 4 + B * ((T + 63) / 64) * 8;  // delta f32 and tile ranges
+  if (!attention_cudnn_compiled()) return kernels;
+  // The workspace's T x T matrix, a f32 (B, Hq, T, D) accumulator and 16 MiB for the rest.
+  return std::max(kernels, rows * T * 2 + rows * D * 4 + (int64_t(16) << 20));
+}
 
 AttentionMode attention_mode() {
   const char* env = std::getenv("INGOT_ATTENTION");
@@ -64,6 +74,10 @@ bool attention_cudnn_backward(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, 
                               double) {
   return false;
 }
+bool attention_cudnn_documents_forward(Context&, Tensor, Tensor, Tensor, Tensor, int, int, double) {
+  return false;
+}
+
 
 #else
 
@@ -86,6 +100,7 @@ Variant requested_variant() {
 // Tensor unique ids of the non-virtual tensors (the variant pack binds these).
 enum Uid : int64_t {
   kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kdQAccum, kScale, kLowest, kOne,
+  kQkvOffset, kOutOffset, kSeqLen,  // documents (attention_documents.h)
   kFirstVirtual = 100,
 };
 
@@ -123,8 +138,11 @@ class GraphBuilder {
   }
   int64_t workspace_bytes() const { return workspace_bytes_; }
 
+  // ragged_offset: (batch + 1) element offsets of each batch entry's start, which replace the
+  // batch stride (variable-length sequences).
   TensorRef tensor(int64_t uid, cudnnDataType_t dtype, const Dims& dims, const Dims& strides,
-                   bool is_virtual, bool by_value = false, bool reorder_f16x16 = false) {
+                   bool is_virtual, bool by_value = false, bool reorder_f16x16 = false,
+                   const TensorRef* ragged_offset = nullptr) {
     TensorRef t;
     t.uid = uid;
     t.desc = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
@@ -140,6 +158,8 @@ class GraphBuilder {
       const cudnnBackendTensorReordering_t mode = CUDNN_TENSOR_REORDERING_F16x16;
       set(t.desc, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &mode);
     }
+    if (ragged_offset)
+      set(t.desc, CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &ragged_offset->desc);
     finalize(t.desc, "tensor");
     return t;
   }
@@ -178,7 +198,10 @@ class GraphBuilder {
     return y;
   }
 
-  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c) {
+  // c (M x N) = a (M x K) b (K x N) per batch entry; m, n, k: optional (batch,1,1,1) int32 tensors
+  // that bound M, N, K per entry (variable-length sequences).
+  void matmul(const TensorRef& a, const TensorRef& b, const TensorRef& c, const TensorRef* m = nullptr,
+              const TensorRef* n = nullptr, const TensorRef* k = nullptr) {
     cudnnBackendDescriptor_t mm = create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, "matmul");
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
@@ -188,6 +211,9 @@ class GraphBuilder {
     set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b.desc);
     set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c.desc);
     set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+    if (m) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &m->desc);
+    if (n) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n->desc);
+    if (k) set(op, CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &k->desc);
     finalize(op, "matmul op");
     ops_.push_back(op);
   }
@@ -274,6 +300,8 @@ class GraphBuilder {
                                          CUDNN_TYPE_INT64, 1, nullptr, &workspace_bytes_) !=
                     CUDNN_STATUS_SUCCESS)
       error_ = "reading the plan's workspace size failed";
+    if (ok() && std::getenv("INGOT_ATTENTION_REPORT"))
+      std::printf("[cudnn] %s: workspace %.1f MiB\n", what.c_str(), double(workspace_bytes_) / (1 << 20));
   }
 
  private:
@@ -355,8 +383,11 @@ class GraphBuilder {
   std::string error_;
 };
 
+// documents: B counts documents (slots of attention_documents.h), not rows; each starts where its
+// ragged offset says, T bounds its length and the padding mask cuts it to its seq_len.
 struct Geometry {
   int64_t B, T, Hq, Hkv, D;
+  bool documents = false;
   int64_t Htot() const { return Hq + 2 * Hkv; }
   // Q/K/V (and dQ/dK/dV) heads inside packed (B,T,Htot,D): (B,H,T,D) view.
   Dims packed_strides() const { return {T * Htot() * D, D, Htot() * D, 1}; }
@@ -365,8 +396,8 @@ struct Geometry {
   // out / dout (B,T,Hq,D) as (B,Hq,T,D).
   Dims out_strides() const { return {T * Hq * D, D, Hq * D, 1}; }
   std::string describe() const {
-    return "B=" + std::to_string(B) + " T=" + std::to_string(T) + " Hq=" + std::to_string(Hq) +
-           " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+    return std::string(documents ? "documents=" : "B=") + std::to_string(B) + " T=" + std::to_string(T) +
+           " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
   }
 };
 
@@ -381,20 +412,54 @@ TensorRef causal_select(GraphBuilder& g, const TensorRef& s, const TensorRef& lo
   return g.pointwise_new(CUDNN_POINTWISE_BINARY_SELECT, kF32, s, &lowest, &keep, kF32, sdims);
 }
 
+// S (B,Hq,T,T) -> S with entries outside the document (row or column >= seq_len) replaced by the
+// lowest float.
+TensorRef padding_select(GraphBuilder& g, const TensorRef& s, const TensorRef& seq_len,
+                         const TensorRef& lowest, const Dims& sdims) {
+  TensorRef row = g.pointwise_new(CUDNN_POINTWISE_GEN_INDEX, kI32, s, nullptr, nullptr, kI32, sdims, 2);
+  TensorRef col = g.pointwise_new(CUDNN_POINTWISE_GEN_INDEX, kI32, s, nullptr, nullptr, kI32, sdims, 3);
+  TensorRef row_in = g.pointwise_new(CUDNN_POINTWISE_CMP_LT, kBool, row, &seq_len, nullptr, kBool, sdims);
+  TensorRef col_in = g.pointwise_new(CUDNN_POINTWISE_CMP_LT, kBool, col, &seq_len, nullptr, kBool, sdims);
+  TensorRef keep = g.pointwise_new(CUDNN_POINTWISE_LOGICAL_AND, kBool, row_in, &col_in, nullptr, kBool, sdims);
+  return g.pointwise_new(CUDNN_POINTWISE_BINARY_SELECT, kF32, s, &lowest, &keep, kF32, sdims);
+}
+
+// The documents' extra inputs: ragged offsets into qkv (and dqkv) and into out (and dout), and
+// each document's length, which bounds every matmul and masks the scores. Absent for whole rows.
+struct DocumentInputs {
+  TensorRef qkv_offset, out_offset, seq_len;
+  bool present = false;
+  const TensorRef* qkv() const { return present ? &qkv_offset : nullptr; }
+  const TensorRef* out() const { return present ? &out_offset : nullptr; }
+  const TensorRef* len() const { return present ? &seq_len : nullptr; }
+};
+DocumentInputs document_inputs(GraphBuilder& g, const Geometry& s) {
+  DocumentInputs d;
+  if (!s.documents) return d;
+  d.present = true;
+  const Dims offsets{s.B + 1, 1, 1, 1}, lengths{s.B, 1, 1, 1};
+  d.qkv_offset = g.tensor(kQkvOffset, kI32, offsets, contiguous(offsets), false);
+  d.out_offset = g.tensor(kOutOffset, kI32, offsets, contiguous(offsets), false);
+  d.seq_len = g.tensor(kSeqLen, kI32, lengths, contiguous(lengths), false);
+  return d;
+}
+
 void build_forward(GraphBuilder& g, const Geometry& s) {
   const Dims qdims{s.B, s.Hq, s.T, s.D}, kvdims_t{s.B, s.Hkv, s.D, s.T}, vdims{s.B, s.Hkv, s.T, s.D};
   const Dims sdims{s.B, s.Hq, s.T, s.T}, rowdims{s.B, s.Hq, s.T, 1};
-  TensorRef q = g.tensor(kQ, kBf16, qdims, s.packed_strides(), false);
-  TensorRef kt = g.tensor(kK, kBf16, kvdims_t, s.packed_transposed_strides(), false);
-  TensorRef v = g.tensor(kV, kBf16, vdims, s.packed_strides(), false);
-  TensorRef o = g.tensor(kO, kBf16, qdims, s.out_strides(), false);
-  TensorRef stats = g.tensor(kStats, kF32, rowdims, contiguous(rowdims), false);
+  const DocumentInputs docs = document_inputs(g, s);
+  TensorRef q = g.tensor(kQ, kBf16, qdims, s.packed_strides(), false, false, false, docs.qkv());
+  TensorRef kt = g.tensor(kK, kBf16, kvdims_t, s.packed_transposed_strides(), false, false, false, docs.qkv());
+  TensorRef v = g.tensor(kV, kBf16, vdims, s.packed_strides(), false, false, false, docs.qkv());
+  TensorRef o = g.tensor(kO, kBf16, qdims, s.out_strides(), false, false, false, docs.out());
+  TensorRef stats = g.tensor(kStats, kF32, rowdims, contiguous(rowdims), false);  // dense even for documents
   TensorRef scale = g.scalar(kScale), lowest = g.scalar(kLowest);
 
   TensorRef scores = g.virtual_tensor(kF32, sdims);
-  g.matmul(q, kt, scores);
+  g.matmul(q, kt, scores, docs.len(), docs.len());
   TensorRef scaled = g.pointwise_new(CUDNN_POINTWISE_MUL, kF32, scores, &scale, nullptr, kF32, sdims);
-  TensorRef masked = causal_select(g, scaled, lowest, sdims);
+  TensorRef in_document = docs.present ? padding_select(g, scaled, docs.seq_len, lowest, sdims) : scaled;
+  TensorRef masked = causal_select(g, in_document, lowest, sdims);
   TensorRef row_max = g.virtual_tensor(kF32, rowdims);
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, row_max);
   TensorRef centred = g.pointwise_new(CUDNN_POINTWISE_SUB, kF32, masked, &row_max, nullptr, kF32, sdims);
@@ -404,7 +469,7 @@ void build_forward(GraphBuilder& g, const Geometry& s) {
   TensorRef log_z = g.pointwise_new(CUDNN_POINTWISE_LOG, kF32, z, nullptr, nullptr, kF32, rowdims);
   g.pointwise(CUDNN_POINTWISE_ADD, kF32, row_max, &log_z, nullptr, stats);
   TensorRef p = g.pointwise_new(CUDNN_POINTWISE_DIV, kF32, e, &z, nullptr, kBf16, sdims);
-  g.matmul(p, v, o);
+  g.matmul(p, v, o, docs.len(), nullptr, docs.len());
   g.build_plan("forward " + s.describe());
 }
 
@@ -493,7 +558,7 @@ struct Plan {
 struct Cache {
   std::mutex mutex;
   std::map<int, cudnnHandle_t> handles;
-  std::map<std::array<int64_t, 8>, Plan> plans;
+  std::map<std::array<int64_t, 9>, Plan> plans;
 };
 Cache& cache() {
   static Cache* c = new Cache();
@@ -511,8 +576,8 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
     if (st != CUDNN_STATUS_SUCCESS) fail("cuDNN error: cudnnCreate failed: ", cudnnGetErrorString(st));
   }
   *handle_out = handle;
-  const std::array<int64_t, 8> key{int64_t(state.device), backward ? 1 : 0, int64_t(variant),
-                                   s.B, s.T, s.Hq, s.Hkv, s.D};
+  const std::array<int64_t, 9> key{int64_t(state.device), backward ? 1 : 0, int64_t(variant),
+                                   s.B, s.T, s.Hq, s.Hkv, s.D, s.documents ? 1 : 0};
   auto it = c.plans.find(key);
   if (it != c.plans.end()) return it->second;
   INGOT_CHECK(!state.capturing, "attention (cuDNN): no plan for this shape yet, and a plan cannot be "
@@ -527,10 +592,10 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
     if (backward && variant == Variant::fast) plan.accum_bytes = s.B * s.Hq * s.T * s.D * int64_t(sizeof(float));
   } else {
     std::fprintf(stderr,
-                 "ingot: cuDNN attention %s (B=%ld T=%ld Hq=%ld Hkv=%ld D=%ld%s) unavailable, using the "
-                 "CUDA-core kernels: %s\n",
-                 backward ? "backward" : "forward", long(s.B), long(s.T), long(s.Hq), long(s.Hkv),
-                 long(s.D), backward && variant == Variant::fast ? ", fast" : "",
+                 "ingot: cuDNN attention %s (%s%s) unavailable, using %s: %s\n",
+                 backward ? "backward" : "forward", s.describe().c_str(),
+                 backward && variant == Variant::fast ? ", fast" : "",
+                 s.documents ? "the tensor-core kernels for every document" : "Ingot's own kernels",
                  g.error().c_str());
   }
   return c.plans.emplace(key, plan).first->second;
@@ -538,11 +603,16 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-// Binds pointers and runs the plan on the state's stream.
+// Bytes of scratch the plan uses (after whatever the caller keeps at its start).
+int64_t plan_scratch_bytes(const Plan& plan) { return align256(plan.accum_bytes) + plan.workspace_bytes; }
+
+// Binds pointers and runs the plan on the state's stream. The plan's scratch starts
+// scratch_offset bytes into the scratch buffer.
 void execute(CudaState& state, cudnnHandle_t handle, const Plan& plan, std::vector<int64_t> uids,
-             std::vector<void*> pointers, const char* op) {
-  void* scratch = plan.workspace_bytes + plan.accum_bytes > 0
-                      ? scratch_buffer(state, align256(plan.accum_bytes) + plan.workspace_bytes, op)
+             std::vector<void*> pointers, const char* op, int64_t scratch_offset = 0) {
+  void* scratch = plan_scratch_bytes(plan) > 0
+                      ? static_cast<char*>(scratch_buffer(state, scratch_offset + plan_scratch_bytes(plan), op)) +
+                            scratch_offset
                       : nullptr;
   void* workspace = plan.workspace_bytes > 0 ? static_cast<char*>(scratch) + align256(plan.accum_bytes) : nullptr;
   if (plan.accum_bytes > 0) {
@@ -631,6 +701,88 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
            dbase + v_off, &scale_f, &lowest, &one},
           op);
   attention_set_last_path(variant == Variant::deterministic ? "cudnn" : "cudnn-fast");
+  return true;
+}
+
+// ---- packed rows, forward: long documents on cuDNN, short ones on the tensor cores --------------
+// (The backward stays on the tensor-core kernels: cuDNN 9.14's deterministic backward takes a
+// workspace of documents x Hq x T x T bf16 for variable-length sequences, 66 GiB for Llama-3.2-1B's
+// heads at 4 x 4096; docs/cuda.md.)
+
+namespace {
+
+// Scratch of the documents forward: the table | cuDNN's dense stats (slots, Hq, T) f32 | then
+// either the tensor-core kernels' tile ranges or the plan's workspace (they run one after the
+// other on one stream).
+struct DocumentScratch {
+  DocumentTable table;
+  float* stats = nullptr;
+  int64_t offset = 0;  // where the callees' scratch starts
+};
+
+// Whether the documents path can take this call: segment ids, cuDNN not declined, shapes both
+// cuDNN and the tensor-core kernels take, T within the table builder's reach and element offsets
+// that fit int32.
+bool documents_eligible(Context& ctx, const Tensor& segment_ids, const Tensor& qkv, int n_q_heads,
+                        std::initializer_list<const Tensor*> others) {
+  if (!segment_ids.present()) return false;
+  if (!eligible(Tensor{}, qkv, others, qkv.dim(3)) || !attention_mma_supports(ctx, qkv, n_q_heads)) return false;
+  return qkv.dim(1) <= kDocumentTableMaxT && qkv.numel() < (int64_t(1) << 31);
+}
+
+Geometry document_geometry(const Geometry& rows) {
+  Geometry docs = rows;
+  docs.B = document_slots(int(rows.B), int(rows.T));
+  docs.documents = true;
+  return docs;
+}
+
+// Reserves scratch for the table, the stats and the larger of the callees' needs (reserved up
+// front: a callee growing the buffer would move the table), then builds the table.
+DocumentScratch document_scratch(CudaState& state, const Geometry& rows, const Plan& plan,
+                                 const int32_t* segment_ids, const char* op) {
+  const int64_t table_bytes = document_table_bytes(int(rows.B), int(rows.T));
+  const Geometry docs = document_geometry(rows);
+  const int64_t stats_bytes = align256(docs.B * docs.Hq * docs.T * int64_t(sizeof(float)));
+  // The tensor-core forward's tile ranges (B, ceil(T / 64)) uint2.
+  const int64_t mma_bytes = rows.B * ceil_div(rows.T, 64) * int64_t(8);
+  DocumentScratch d;
+  d.offset = table_bytes + stats_bytes;
+  char* base = static_cast<char*>(
+      scratch_buffer(state, d.offset + std::max(mma_bytes, plan_scratch_bytes(plan)), op));
+  d.table = document_table_at(base, int(rows.B), int(rows.T));
+  d.stats = reinterpret_cast<float*>(base + table_bytes);
+  build_document_table(state, d.table, segment_ids, rows.Htot() * rows.D, rows.Hq * rows.D);
+  return d;
+}
+
+}  // namespace
+
+bool attention_cudnn_documents_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
+                                       int n_q_heads, int n_kv_heads, double scale) {
+  constexpr const char* op = "attention_forward (cuDNN documents)";
+  if (cudnn_declined_by_env() || out.dtype != DType::bf16) return false;
+  if (!documents_eligible(ctx, segment_ids, qkv, n_q_heads, {&out, &lse})) return false;
+  const Geometry rows = geometry_of(qkv, n_q_heads, n_kv_heads);
+  CudaState& state = state_of(ctx, op);
+  cudnnHandle_t handle = nullptr;
+  const Plan& plan = plan_for(state, false, document_geometry(rows), Variant::fast, &handle);
+  if (!plan.plan) return false;
+  const DocumentScratch d = document_scratch(state, rows, plan, segment_ids.ptr<int32_t>(), op);
+  // Every row first on the tensor cores (right for the short documents), then cuDNN overwrites
+  // the long documents' rows.
+  INGOT_CHECK(attention_mma_forward(ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale,
+                                    {d.table.short_token, d.offset}),
+              op, ": the tensor-core kernels declined a call they support");
+  bf16* base = qkv.ptr<bf16>();
+  float scale_f = float(scale), lowest = std::numeric_limits<float>::lowest();
+  execute(state, handle, plan,
+          {kQ, kK, kV, kO, kStats, kScale, kLowest, kQkvOffset, kOutOffset, kSeqLen},
+          {base, base + rows.Hq * rows.D, base + (rows.Hq + rows.Hkv) * rows.D, out.data, d.stats,
+           &scale_f, &lowest, d.table.qkv_offset, d.table.out_offset, d.table.seq_len},
+          op, d.offset);
+  document_stats_to_lse(state, d.table, lse.ptr<float>(), d.stats, n_q_heads);
+  attention_set_last_path("cudnn+mma");
   return true;
 }
 

@@ -3,10 +3,12 @@
 // tests can ask which path ran.
 //
 // Dispatch (per call): cuDNN when it was compiled in (INGOT_HAVE_CUDNN and <cudnn.h>), the env var
-// INGOT_ATTENTION is neither "kernels" nor "mma", segment_ids is absent, tensors are bf16,
-// D % 8 == 0 and D <= 128, and every pointer is 16-byte aligned; otherwise the tensor-core kernels
-// where they apply (attention_mma.h), else the CUDA-core kernels. A graph that cuDNN rejects (no
-// engine for the shape) is remembered and that shape falls back too, with one line on stderr.
+// INGOT_ATTENTION is neither "kernels" nor "mma", tensors are bf16, D % 8 == 0 and D <= 128, and
+// every pointer is 16-byte aligned: for whole rows alone, and for the forward over packed rows
+// (segment ids) together with the tensor-core kernels (attention_documents.h); otherwise the
+// tensor-core kernels where they apply (attention_mma.h), else the CUDA-core kernels. A graph
+// that cuDNN rejects (no engine for the shape) is remembered and that shape falls back too, with
+// one line on stderr.
 //   INGOT_ATTENTION=mma         the tensor-core kernels wherever they apply (A/B tests)
 //   INGOT_ATTENTION=kernels     the CUDA-core kernels always (A/B tests)
 //   INGOT_ATTENTION=cudnn-fast  cuDNN, backward accumulating dQ in f32 with atomics: 5-20% faster
@@ -31,11 +33,17 @@ enum class AttentionMode {
 };
 AttentionMode attention_mode();
 
-// "cudnn", "cudnn-fast" (backward only), "mma" or "kernels": the path the last attention call on
+// "cudnn", "cudnn-fast" (backward only), "cudnn+mma", "mma" or "kernels": the path the last attention call on
 // this thread took ("none" before any call).
 const char* attention_last_path();
 void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
+
+// Scratch bytes an attention step over (B, T) rows of Hq heads of size D needs at most, for the
+// memory plan before anything is allocated: above all cuDNN's deterministic backward, whose
+// workspace holds a B x Hq x T x T bf16 matrix (4226 MiB measured at 4 x 4096 x 32 heads of 64,
+// where this gives 4240 MiB).
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D);
 
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
@@ -44,5 +52,13 @@ bool attention_cudnn_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, T
 bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                               Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
                               double scale);
+
+// Forward over packed rows (segment ids): the documents of at least kLongDocument tokens through
+// cuDNN as variable-length sequences, the others through the tensor-core kernels
+// (attention_documents.h). Path "cudnn+mma". Declines (false) where cuDNN is declined by
+// INGOT_ATTENTION or rejects the graph, where the tensor-core kernels do not take the shape, or
+// T > kDocumentTableMaxT. The backward of packed rows stays on the tensor-core kernels.
+bool attention_cudnn_documents_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv,
+                                       Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale);
 
 }  // namespace ingot::cuda

@@ -183,9 +183,12 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor 
     check_numel(segment_ids, int64_t(s.B) * s.T, op, "segment_ids");
   }
   if (s.B == 0 || s.T == 0) return;
-  // cuDNN's fused flash attention where it applies (attention_cudnn.h), then Ingot's tensor-core
-  // kernels (attention_mma.h), else the CUDA-core kernels below.
+  // cuDNN's fused flash attention where it applies (attention_cudnn.h): whole rows, or packed rows
+  // with cuDNN taking the long documents; then Ingot's tensor-core kernels (attention_mma.h), else
+  // the CUDA-core kernels below.
   if (attention_cudnn_forward(ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale)) return;
+  if (attention_cudnn_documents_forward(ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale))
+    return;
   if (attention_mma_forward(ctx, out, lse, qkv, segment_ids, n_q_heads, n_kv_heads, scale)) return;
   attention_set_last_path("kernels");
   INGOT_CHECK(s.D % 8 != 0 || aligned16(qkv.data), op, ": qkv must be 16-byte aligned");

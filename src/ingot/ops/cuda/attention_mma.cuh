@@ -32,6 +32,22 @@ constexpr int kThreads = 32 * kWarps;
 template <int D>
 constexpr int tile_stride() { return D + 8; }  // bf16 elements between rows of a staged tile
 
+// Forward shared memory: Q | K, V double-buffered, (kTile, D + 8) bf16 each | segment ids of the
+// query rows and of both key buffers.
+template <int D>
+inline size_t forward_smem_bytes() {
+  return 5 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 3 * kTile * sizeof(int);
+}
+
+// Backward shared memory, both kernels: six (kTile, D + 8) bf16 tiles (the two the block keeps, the two
+// it streams, double-buffered) | lse (log2 domain) and delta of the streamed query rows, f32,
+// double-buffered (dK/dV kernel) | segment ids of the kept rows and of both streamed buffers.
+template <int D>
+inline size_t backward_smem_bytes() {
+  return 6 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 4 * kTile * sizeof(float) +
+         3 * kTile * sizeof(int);
+}
+
 // ---- PTX wrappers -------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -228,6 +244,15 @@ struct KeyTileStream {
 // uint32: an order-preserving relabelling, so the overlap test stays exact for any ids, and the
 // loader's padding id -1 sorts after every document. (As signed ids, the tile where the last
 // document meets the padding would span [-1, last] and meet every tile before it.)
-void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids, int B, int T);
+// With short_token (B, T), only the tokens marked 1 count (attention_documents.h: the rest belong
+// to cuDNN); a tile without any has the empty range (0xffffffff, 0), meets no tile, and its block
+// leaves at once without writing.
+void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids,
+                         const uint8_t* short_token, int B, int T);
+
+// Whether the block of tile t has nothing to do (only with a token subset: see above).
+__device__ __forceinline__ bool tile_is_empty(const uint2* ranges, int t) {
+  return ranges && ranges[t].x > ranges[t].y;
+}
 
 }  // namespace ingot::cuda::attention_mma

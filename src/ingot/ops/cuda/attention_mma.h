@@ -8,17 +8,30 @@
 // needs 104 KiB), and INGOT_ATTENTION not "kernels". INGOT_ATTENTION=mma makes cuDNN decline, so
 // that this path also runs without segment ids (A/B tests and benchmarks).
 #pragma once
+#include <cstdint>
+
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
 
 namespace ingot::cuda {
 
+// The tokens the forward computes when cuDNN takes the others (attention_documents.h): only those
+// with short_token[b * T + t] == 1 come out right, the rest (written or not) are cuDNN's to write
+// afterwards. scratch_offset: bytes at the start of the CUDA scratch buffer the caller keeps.
+struct MmaTokenSubset {
+  const uint8_t* short_token = nullptr;  // (B, T), or null: every token
+  int64_t scratch_offset = 0;
+};
+
 // Return false when this path does not take the call (the caller runs the CUDA-core kernels);
 // arguments are already checked by the entry points.
 bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
-                           int n_q_heads, int n_kv_heads, double scale);
+                           int n_q_heads, int n_kv_heads, double scale,
+                           const MmaTokenSubset& subset = {});
 bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                             Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
                             double scale);
+// Whether the kernels take this shape on this device (what both entry points check first).
+bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads);
 
 }  // namespace ingot::cuda

@@ -25,15 +25,6 @@ namespace {
 using namespace attention_mma;
 using attention::Shape;
 
-// Shared memory of both kernels: six (kTile, D + 8) bf16 tiles (the two the block keeps, the two
-// it streams, double-buffered) | lse (log2 domain) and delta of the streamed query rows, f32,
-// double-buffered (dK/dV kernel) | segment ids of the kept rows and of both streamed buffers.
-template <int D>
-size_t backward_smem_bytes() {
-  return 6 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 4 * kTile * sizeof(float) +
-         3 * kTile * sizeof(int);
-}
-
 // At D = 64, 3 blocks an SM (168 registers, a few bytes spilled) beat 2 (194 registers): the kernel
 // is latency-bound, and the third block's warps hide it (perf.md, optimisation log). At D = 128
 // the tiles' shared memory allows 2 blocks whatever the registers.
@@ -260,16 +251,13 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
                             Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale) {
   constexpr const char* op = "attention_backward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  if (attention_mode() == AttentionMode::kernels) return false;
-  for (const Tensor* t : {&dqkv, &dout, &out, &qkv})
+  if (!attention_mma_supports(ctx, qkv, n_q_heads)) return false;
+  for (const Tensor* t : {&dqkv, &dout, &out})
     if (t->dtype != DType::bf16) return false;
   // out is read only by the delta kernel, element by element; the others go through 16-byte copies.
-  for (const Tensor* t : {&dqkv, &dout, &qkv})
+  for (const Tensor* t : {&dqkv, &dout})
     if (!aligned16(t->data)) return false;
-  if ((s.D != 64 && s.D != 128) || s.B > 65535 || s.Hq > 65535) return false;
   CudaState& state = state_of(ctx, op);
-  if (int64_t(s.D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>()) > state.max_smem_per_block)
-    return false;
   // Scratch: delta (B,Hq,T) f32, then the tile ranges (B, n_tiles) uint2 with segment ids.
   const int64_t rows = int64_t(s.B) * s.Hq * s.T;
   const int64_t delta_bytes = (rows * int64_t(sizeof(float)) + 255) / 256 * 256;
@@ -278,7 +266,7 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
   char* scratch = static_cast<char*>(scratch_buffer(state, delta_bytes + range_bytes, op));
   float* delta = reinterpret_cast<float*>(scratch);
   uint2* ranges = seg ? reinterpret_cast<uint2*>(scratch + delta_bytes) : nullptr;
-  if (seg) tile_segment_ranges(state, ranges, seg, s.B, s.T);
+  if (seg) tile_segment_ranges(state, ranges, seg, nullptr, s.B, s.T);
   attention::attention_delta_kernel<bf16><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
       delta, dout.ptr<bf16>(), out.ptr<bf16>(), s);
   INGOT_LAUNCH_CHECK("attention_delta_kernel");

@@ -5,6 +5,7 @@
 // rows and streams the key tiles up to the diagonal that share a document with its tile:
 // S = Q K^T on tensor cores, online softmax in the log2 domain, O += P V with P rounded to bf16
 // (as flash attention does; the row sums use the f32 values), normalised once at the end.
+#include <algorithm>
 #include <cmath>
 
 #include "ingot/ops/cuda/attention_cudnn.h"
@@ -15,14 +16,17 @@ namespace ingot::cuda {
 
 namespace attention_mma {
 
-__global__ void tile_segment_ranges_kernel(uint2* ranges, const int32_t* segment_ids, int B, int T) {
+__global__ void tile_segment_ranges_kernel(uint2* ranges, const int32_t* segment_ids,
+                                           const uint8_t* short_token, int B, int T) {
   const int n_tiles = (T + kTile - 1) / kTile;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < int64_t(B) * n_tiles;
        idx += int64_t(gridDim.x) * blockDim.x) {
     const int b = int(idx / n_tiles), t0 = int(idx % n_tiles) * kTile, t1 = min(T, t0 + kTile);
     const int32_t* row = segment_ids + int64_t(b) * T;
-    uint32_t lo = uint32_t(row[t0]), hi = lo;
-    for (int t = t0 + 1; t < t1; ++t) {
+    const uint8_t* mine = short_token ? short_token + int64_t(b) * T : nullptr;
+    uint32_t lo = 0xffffffffu, hi = 0;  // empty until a token of this tile counts
+    for (int t = t0; t < t1; ++t) {
+      if (mine && !mine[t]) continue;
       lo = min(lo, uint32_t(row[t]));
       hi = max(hi, uint32_t(row[t]));
     }
@@ -30,9 +34,11 @@ __global__ void tile_segment_ranges_kernel(uint2* ranges, const int32_t* segment
   }
 }
 
-void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids, int B, int T) {
+void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids,
+                         const uint8_t* short_token, int B, int T) {
   const int64_t n = int64_t(B) * ceil_div(T, kTile);
-  tile_segment_ranges_kernel<<<grid_for(n, 256, state), 256, 0, state.stream>>>(ranges, segment_ids, B, T);
+  tile_segment_ranges_kernel<<<grid_for(n, 256, state), 256, 0, state.stream>>>(ranges, segment_ids,
+                                                                                short_token, B, T);
   INGOT_LAUNCH_CHECK("tile_segment_ranges_kernel");
 }
 
@@ -42,13 +48,6 @@ namespace {
 
 using namespace attention_mma;
 using attention::Shape;
-
-// Shared memory: Q | K, V double-buffered, (kTile, D + 8) bf16 each | segment ids of the query
-// rows and of both key buffers.
-template <int D>
-size_t forward_smem_bytes() {
-  return 5 * size_t(kTile) * tile_stride<D>() * sizeof(bf16) + 3 * kTile * sizeof(int);
-}
 
 template <int D>
 __global__ void __launch_bounds__(kThreads)
@@ -71,6 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  if (tile_is_empty(ranges, qt)) return;
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
                               batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T, ranges, qt};
 
@@ -168,21 +168,30 @@ void launch_forward(CudaState& state, Tensor out, Tensor lse, Tensor qkv, const 
 
 }  // namespace
 
+bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads) {
+  if (attention_mode() == AttentionMode::kernels) return false;
+  const int64_t D = qkv.dim(3);
+  if (qkv.dtype != DType::bf16 || (D != 64 && D != 128) || !aligned16(qkv.data)) return false;
+  if (qkv.dim(0) > 65535 || n_q_heads > 65535) return false;
+  const size_t forward = D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>();
+  const size_t backward = D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>();
+  return int64_t(std::max(forward, backward)) <= state_of(ctx, "attention (tensor cores)").max_smem_per_block;
+}
+
 bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
-                           int n_q_heads, int n_kv_heads, double scale) {
+                           int n_q_heads, int n_kv_heads, double scale, const MmaTokenSubset& subset) {
   constexpr const char* op = "attention_forward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  if (attention_mode() == AttentionMode::kernels) return false;
-  if (qkv.dtype != DType::bf16 || out.dtype != DType::bf16 || (s.D != 64 && s.D != 128)) return false;
-  if (!aligned16(qkv.data) || !aligned16(out.data) || s.B > 65535 || s.Hq > 65535) return false;
+  if (!attention_mma_supports(ctx, qkv, n_q_heads)) return false;
+  if (out.dtype != DType::bf16 || !aligned16(out.data)) return false;
   CudaState& state = state_of(ctx, op);
-  if (int64_t(s.D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>()) > state.max_smem_per_block)
-    return false;
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   uint2* ranges = nullptr;
   if (seg) {
-    ranges = static_cast<uint2*>(scratch_buffer(state, int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2)), op));
-    tile_segment_ranges(state, ranges, seg, s.B, s.T);
+    const int64_t range_bytes = int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2));
+    char* scratch = static_cast<char*>(scratch_buffer(state, subset.scratch_offset + range_bytes, op));
+    ranges = reinterpret_cast<uint2*>(scratch + subset.scratch_offset);
+    tile_segment_ranges(state, ranges, seg, subset.short_token, s.B, s.T);
   }
   if (s.D == 64) launch_forward<64>(state, out, lse, qkv, seg, ranges, s, scale);
   else launch_forward<128>(state, out, lse, qkv, seg, ranges, s, scale);

@@ -1,5 +1,6 @@
 // CudaState lifecycle and the device helpers of device.h: allocation, copies, graph capture,
 // events, scratch growth, the lazily created cuDNN handle.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -19,8 +20,9 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
   if (state.scratch) INGOT_CUDA_CHECK(cudaFree(state.scratch));
   state.scratch = nullptr;
   state.scratch_bytes = 0;
-  // Grow geometrically so that a sequence of slightly larger requests does not reallocate often.
-  const int64_t grown = bytes + bytes / 4;
+  // Grow with slack so that a sequence of slightly larger requests does not reallocate often; at
+  // most 64 MiB of it, since cuDNN's attention workspace alone can be gigabytes.
+  const int64_t grown = bytes + std::min(bytes / 4, cuda::kScratchSlackBytes);
   state.scratch = cuda::device_alloc(grown);
   state.scratch_bytes = grown;
   ++state.scratch_generation;  // a captured graph holding the old address must be captured again
@@ -186,6 +188,7 @@ std::string library_versions() {
 }
 
 int64_t scratch_generation(const CudaState* state) { return state ? state->scratch_generation : 0; }
+int64_t scratch_bytes(const CudaState* state) { return state ? state->scratch_bytes : 0; }
 
 void begin_capture(CudaState* state) {
   INGOT_CHECK(state && !state->capturing, "begin_capture: no state, or already capturing");

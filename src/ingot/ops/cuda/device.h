@@ -48,6 +48,9 @@ void replay(CudaState* state);
 // Changes whenever the scratch buffer is reallocated (it only grows, outside capture): a graph
 // captured under an older generation holds a freed address and must be captured again.
 int64_t scratch_generation(const CudaState* state);
+// Bytes the scratch buffer holds now (what the ops have needed so far, plus its growth slack).
+int64_t scratch_bytes(const CudaState* state);
+constexpr int64_t kScratchSlackBytes = int64_t{64} << 20;  // the most slack a growth adds
 // Ends a capture that failed part-way and drops what was recorded (error paths only).
 void abort_capture(CudaState* state);
 
