@@ -1,6 +1,7 @@
-// Causal GQA attention on CUDA: the cuDNN fused path (attention_cudnn.cu) and the tensor-core
-// kernels (attention_mma_*.cu: packed rows, whole rows under INGOT_ATTENTION=mma) against the CPU
-// twin, the dispatch rules, determinism, and (INGOT_CUDA_PERF=1) the speed of every CUDA path.
+// Causal GQA attention on CUDA: the cuDNN fused path (attention_cudnn.cu), the tensor-core
+// kernels (attention_mma_*.cu: packed rows, whole rows under INGOT_ATTENTION=mma) and the packed-row
+// forward split between them (attention_documents.h) against the CPU twin, the dispatch rules,
+// determinism, and (INGOT_CUDA_PERF=1) the speed of every CUDA path.
 //
 // Tolerances (docs/cuda.md): bf16 out, dq, dk, dv norm-wise relative error <= 1e-2; f32 lse
 // <= 1e-4. Inputs are bf16-rounded normals; the CPU runs in f32 on the same values. CUDA outputs
