@@ -23,7 +23,7 @@ std::string TrainingMemory::summary() const {
 
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
                                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens,
-                                        Recompute recompute) {
+                                        Recompute recompute, bool packed_rows) {
   const auto model = Transformer::estimate_memory(config, recipe, micro_batch, seq_len, logits_chunk_tokens, recompute);
   const int64_t P = total_numel(plan_parameters(config));
   TrainingMemory m;
@@ -32,11 +32,13 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   m.activations = model.activations;
   m.master = AdamW::estimate_master_bytes(P, recipe);
   m.optimizer = AdamW::estimate_state_bytes(P, recipe);
+  (void)packed_rows;  // only the CUDA scratch depends on it
 #ifdef INGOT_HAVE_CUDA
   if (device == Device::cuda) {
     const int64_t head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / config.num_attention_heads;
     m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes +
-                cuda::attention_scratch_estimate(micro_batch, seq_len, config.num_attention_heads, head_dim);
+                cuda::attention_scratch_estimate(micro_batch, seq_len, config.num_attention_heads, head_dim,
+                                                 packed_rows);
   }
 #endif
   return m;

@@ -18,9 +18,11 @@ struct TrainingMemory {
   std::string summary() const;
 };
 
+// packed_rows: the batches carry segment ids (documents packed into rows), whose attention takes
+// other CUDA paths with other scratch needs than whole rows.
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
                                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0,
-                                        Recompute recompute = Recompute::none);
+                                        Recompute recompute = Recompute::none, bool packed_rows = false);
 
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
 // memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint`.

@@ -223,7 +223,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
   const Recompute recompute = parse_recompute(c.recompute);
-  const TrainingMemory memory = estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute);
+  const TrainingMemory memory =
+      estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute, by_document);
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << describe(recipe) << "\n"
       << loader.summary() << "\n"

@@ -49,10 +49,13 @@ thread_local const char* g_last_path = "none";
 const char* attention_last_path() { return g_last_path; }
 void attention_set_last_path(const char* path) { g_last_path = path; }
 
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D) {
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows) {
   const int64_t rows = B * Hq * T;
-  const int64_t kernels = rows * 4 + B * ((T + 63) / 64) * 8;  // delta f32 and tile ranges
+  const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
   if (!attention_cudnn_compiled()) return kernels;
+  if (packed_rows)  // the documents forward: table, dense stats (slots, Hq, T) f32, tile ranges
+    return std::max(kernels, document_table_bytes(int(B), int(T)) + document_slots(int(B), int(T)) * Hq * T * 4 +
+                                 attention_mma_forward_scratch_bytes(B, T) + 1024);
   // The workspace's T x T matrix, a f32 (B, Hq, T, D) accumulator and 16 MiB for the rest.
   return std::max(kernels, rows * T * 2 + rows * D * 4 + (int64_t(16) << 20));
 }
@@ -721,13 +724,16 @@ struct DocumentScratch {
 };
 
 // Whether the documents path can take this call: segment ids, cuDNN not declined, shapes both
-// cuDNN and the tensor-core kernels take, T within the table builder's reach and element offsets
-// that fit int32.
+// cuDNN and the tensor-core forward take, T within the table builder's reach, and element
+// offsets into qkv and cuDNN's dense stats (slots, Hq, T) that fit int32.
 bool documents_eligible(Context& ctx, const Tensor& segment_ids, const Tensor& qkv, int n_q_heads,
                         std::initializer_list<const Tensor*> others) {
   if (!segment_ids.present()) return false;
-  if (!eligible(Tensor{}, qkv, others, qkv.dim(3)) || !attention_mma_supports(ctx, qkv, n_q_heads)) return false;
-  return qkv.dim(1) <= kDocumentTableMaxT && qkv.numel() < (int64_t(1) << 31);
+  if (!eligible(Tensor{}, qkv, others, qkv.dim(3)) || !attention_mma_supports(ctx, qkv, n_q_heads, false))
+    return false;
+  const int64_t B = qkv.dim(0), T = qkv.dim(1);
+  return T <= kDocumentTableMaxT && qkv.numel() < (int64_t(1) << 31) &&
+         document_slots(int(B), int(T)) * n_q_heads * T < (int64_t(1) << 31);
 }
 
 Geometry document_geometry(const Geometry& rows) {
@@ -744,8 +750,7 @@ DocumentScratch document_scratch(CudaState& state, const Geometry& rows, const P
   const int64_t table_bytes = document_table_bytes(int(rows.B), int(rows.T));
   const Geometry docs = document_geometry(rows);
   const int64_t stats_bytes = align256(docs.B * docs.Hq * docs.T * int64_t(sizeof(float)));
-  // The tensor-core forward's tile ranges (B, ceil(T / 64)) uint2.
-  const int64_t mma_bytes = rows.B * ceil_div(rows.T, 64) * int64_t(8);
+  const int64_t mma_bytes = attention_mma_forward_scratch_bytes(rows.B, rows.T);
   DocumentScratch d;
   d.offset = table_bytes + stats_bytes;
   char* base = static_cast<char*>(

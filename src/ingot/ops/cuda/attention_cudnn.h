@@ -40,10 +40,11 @@ void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
 
 // Scratch bytes an attention step over (B, T) rows of Hq heads of size D needs at most, for the
-// memory plan before anything is allocated: above all cuDNN's deterministic backward, whose
-// workspace holds a B x Hq x T x T bf16 matrix (4226 MiB measured at 4 x 4096 x 32 heads of 64,
-// where this gives 4240 MiB).
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D);
+// memory plan before anything is allocated. Whole rows: above all cuDNN's deterministic backward,
+// whose workspace holds a B x Hq x T x T bf16 matrix (4226 MiB measured at 4 x 4096 x 32 heads of
+// 64, where this gives 4240 MiB). Packed rows (segment ids): the documents forward's table and
+// dense stats, or the tensor-core backward's delta, whichever is larger.
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows);
 
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
@@ -56,8 +57,10 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
 // Forward over packed rows (segment ids): the documents of at least kLongDocument tokens through
 // cuDNN as variable-length sequences, the others through the tensor-core kernels
 // (attention_documents.h). Path "cudnn+mma". Declines (false) where cuDNN is declined by
-// INGOT_ATTENTION or rejects the graph, where the tensor-core kernels do not take the shape, or
-// T > kDocumentTableMaxT. The backward of packed rows stays on the tensor-core kernels.
+// INGOT_ATTENTION or rejects the graph, where the tensor-core kernels do not take the shape,
+// where T > kDocumentTableMaxT, or where element offsets into qkv or into cuDNN's dense stats
+// (documents, Hq, T) would not fit int32. The backward of packed rows stays on the tensor-core
+// kernels.
 bool attention_cudnn_documents_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv,
                                        Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale);
 

@@ -7,7 +7,8 @@
 //
 // Why a length split and not every document on cuDNN: the table's size must be fixed when the
 // plan is built, and a row of T tokens holds at most ceil(T / kLongDocument) long documents, at
-// most one starting in each window [k L, (k+1) L) (a long document starting in it ends past it).
+// most one starting in each window [k L, (k+1) L) (a long document starting in it reaches at
+// least its last token, so the next one starts in a later window).
 // So slot b * slots_per_row + start / L is free for it, without a scan; a short document costs
 // the tensor-core kernels only the tile pairs near the diagonal.
 //

@@ -245,8 +245,9 @@ struct KeyTileStream {
 // loader's padding id -1 sorts after every document. (As signed ids, the tile where the last
 // document meets the padding would span [-1, last] and meet every tile before it.)
 // With short_token (B, T), only the tokens marked 1 count (attention_documents.h: the rest belong
-// to cuDNN); a tile without any has the empty range (0xffffffff, 0), meets no tile, and its block
-// leaves at once without writing.
+// to cuDNN); a tile without any has the empty range (0xffffffff, 0), and its block leaves at once
+// without writing (as a key tile it can still meet a query range spanning every id, which the
+// element mask then settles).
 void tile_segment_ranges(CudaState& state, uint2* ranges, const int32_t* segment_ids,
                          const uint8_t* short_token, int B, int T);
 

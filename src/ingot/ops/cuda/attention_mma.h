@@ -31,7 +31,10 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
 bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                             Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
                             double scale);
-// Whether the kernels take this shape on this device (what both entry points check first).
-bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads);
+// Whether the forward (or the backward) kernels take this shape on this device: what the entry
+// points check first.
+bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward);
+// Scratch bytes the forward takes with segment ids (its tile ranges), after subset.scratch_offset.
+int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T);
 
 }  // namespace ingot::cuda

@@ -251,7 +251,7 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
                             Tensor segment_ids, int n_q_heads, int n_kv_heads, double scale) {
   constexpr const char* op = "attention_backward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  if (!attention_mma_supports(ctx, qkv, n_q_heads)) return false;
+  if (!attention_mma_supports(ctx, qkv, n_q_heads, /*backward=*/true)) return false;
   for (const Tensor* t : {&dqkv, &dout, &out})
     if (t->dtype != DType::bf16) return false;
   // out is read only by the delta kernel, element by element; the others go through 16-byte copies.

@@ -5,7 +5,6 @@
 // rows and streams the key tiles up to the diagonal that share a document with its tile:
 // S = Q K^T on tensor cores, online softmax in the log2 domain, O += P V with P rounded to bf16
 // (as flash attention does; the row sums use the f32 values), normalised once at the end.
-#include <algorithm>
 #include <cmath>
 
 #include "ingot/ops/cuda/attention_cudnn.h"
@@ -168,27 +167,32 @@ void launch_forward(CudaState& state, Tensor out, Tensor lse, Tensor qkv, const 
 
 }  // namespace
 
-bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads) {
+bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward) {
   if (attention_mode() == AttentionMode::kernels) return false;
   const int64_t D = qkv.dim(3);
   if (qkv.dtype != DType::bf16 || (D != 64 && D != 128) || !aligned16(qkv.data)) return false;
   if (qkv.dim(0) > 65535 || n_q_heads > 65535) return false;
-  const size_t forward = D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>();
-  const size_t backward = D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>();
-  return int64_t(std::max(forward, backward)) <= state_of(ctx, "attention (tensor cores)").max_smem_per_block;
+  // The D = 128 backward's tiles (104 KiB) exceed what sm_86/sm_89 give a block; its forward fits.
+  const size_t smem = backward ? (D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>())
+                               : (D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>());
+  return int64_t(smem) <= state_of(ctx, "attention (tensor cores)").max_smem_per_block;
+}
+
+int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T) {
+  return B * ceil_div(T, kTile) * int64_t(sizeof(uint2));
 }
 
 bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
                            int n_q_heads, int n_kv_heads, double scale, const MmaTokenSubset& subset) {
   constexpr const char* op = "attention_forward (tensor cores)";
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
-  if (!attention_mma_supports(ctx, qkv, n_q_heads)) return false;
+  if (!attention_mma_supports(ctx, qkv, n_q_heads, /*backward=*/false)) return false;
   if (out.dtype != DType::bf16 || !aligned16(out.data)) return false;
   CudaState& state = state_of(ctx, op);
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   uint2* ranges = nullptr;
   if (seg) {
-    const int64_t range_bytes = int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2));
+    const int64_t range_bytes = attention_mma_forward_scratch_bytes(s.B, s.T);
     char* scratch = static_cast<char*>(scratch_buffer(state, subset.scratch_offset + range_bytes, op));
     ranges = reinterpret_cast<uint2*>(scratch + subset.scratch_offset);
     tile_segment_ranges(state, ranges, seg, subset.short_token, s.B, s.T);
