@@ -364,6 +364,27 @@ TEST_F(CudaAttention, DispatchPicksThePath) {
   EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "f32";
 }
 
+// Whole rows whose cuDNN backward workspace (B x Hq x T x T bf16) is above the limit a training
+// run sets from its memory plan take the tensor-core backward; the forward stays on cuDNN.
+TEST_F(CudaAttention, BackwardOverTheWorkspaceLimitAvoidsCudnn) {
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  const int64_t B = 1, T = 2048, Hq = 8, Hkv = 2, D = 64;
+  ASSERT_EQ(cuda::cudnn_backward_workspace_bytes(B, T, Hq), int64_t{64} << 20);
+  struct RestoreLimit {
+    ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
+  } restore;
+  const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 61);
+  for (const auto& [limit, path] : {std::pair<int64_t, const char*>{int64_t{32} << 20, "mma"},
+                                    {int64_t{64} << 20, "cudnn"},
+                                    {std::numeric_limits<int64_t>::max(), "cudnn"}}) {
+    cuda::set_cudnn_backward_workspace_limit(limit);
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), "cudnn");
+    ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+    EXPECT_STREQ(cuda::attention_last_path(), path) << "limit " << limit;
+  }
+}
+
 // The trainer needs bitwise-repeatable steps captured in one CUDA graph: packed rows on the
 // tensor-core kernels alone and with cuDNN (the default), three eager runs and a graph replay each,
 // byte for byte.

@@ -83,8 +83,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);
-  check_memory_fits(estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute, o.packed_doc_len > 0),
-                    ctx, device.description(),
+  TrainingMemory memory = estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute, o.packed_doc_len > 0);
+  const std::string workspace_note = fit_attention_workspace(memory, ctx);
+  if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
+  check_memory_fits(memory, ctx, device.description(),
                     ctx.device == Device::cuda
                         ? "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
                           "or --grad-dtype / --optimizer-state-dtype bf16"

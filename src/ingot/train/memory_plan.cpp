@@ -7,6 +7,8 @@
 
 #include <unistd.h>
 
+#include <limits>
+
 #include "ingot/core/error.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/attention_cudnn.h"
@@ -36,12 +38,34 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 #ifdef INGOT_HAVE_CUDA
   if (device == Device::cuda) {
     const int64_t head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / config.num_attention_heads;
-    m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes +
-                cuda::attention_scratch_estimate(micro_batch, seq_len, config.num_attention_heads, head_dim,
-                                                 packed_rows);
+    const int64_t Hq = config.num_attention_heads;
+    const int64_t without = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, head_dim, packed_rows, false);
+    const int64_t with = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, head_dim, packed_rows, true);
+    m.attention_workspace = with - without;
+    m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes + with;
   }
 #endif
   return m;
+}
+
+std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) {
+#ifdef INGOT_HAVE_CUDA
+  if (ctx.device != Device::cuda) return "";
+  if (memory.attention_workspace == 0 || memory.total() <= cuda::device_memory_free()) {
+    cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
+    return "";
+  }
+  const int64_t dropped = memory.attention_workspace;
+  memory.scratch -= dropped;
+  memory.attention_workspace = 0;
+  cuda::set_cudnn_backward_workspace_limit(0);
+  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(dropped) +
+         " of workspace, which does not fit";
+#else
+  (void)memory;
+  (void)ctx;
+  return "";
+#endif
 }
 
 void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,

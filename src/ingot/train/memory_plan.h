@@ -13,6 +13,7 @@ namespace ingot {
 
 struct TrainingMemory {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0, activations = 0, scratch = 0;
+  int64_t attention_workspace = 0;  // cuDNN's attention backward workspace, counted in scratch
   int64_t total() const { return params + grads + master + optimizer + activations + scratch; }
   // "params X | grads X | master X | optimizer X | activations X | scratch X | total X"
   std::string summary() const;
@@ -23,6 +24,12 @@ struct TrainingMemory {
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
                                         int64_t micro_batch, int64_t seq_len, int64_t logits_chunk_tokens = 0,
                                         Recompute recompute = Recompute::none, bool packed_rows = false);
+
+// CUDA: when the plan exceeds the device's free memory and cuDNN's attention backward workspace
+// is part of it, drops that workspace from the plan and has the attention backward run on the
+// tensor-core kernels instead (slower, no workspace); otherwise lets cuDNN take it. Returns a note
+// for the log when it drops the workspace, else "". Call before check_memory_fits.
+std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx);
 
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
 // memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint`.

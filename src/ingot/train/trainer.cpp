@@ -223,12 +223,14 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
   const Recompute recompute = parse_recompute(c.recompute);
-  const TrainingMemory memory =
+  TrainingMemory memory =
       estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute, by_document);
+  const std::string workspace_note = fit_attention_workspace(memory, ctx);
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
       << "device " << device.description() << ", precision " << describe(recipe) << "\n"
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
+  if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
   for (const std::string& warning : AdamW::bf16_moment_warnings(recipe, c.adam_beta1, c.adam_beta2))
     log << "warning: " << c.source << ": " << warning << "\n";
   check_memory_fits(memory, ctx, device.description(),

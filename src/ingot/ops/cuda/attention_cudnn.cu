@@ -24,6 +24,7 @@
 // CudaState. Workspace (and the backward's f32 dQ accumulator) come from CudaState's scratch.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -49,15 +50,29 @@ thread_local const char* g_last_path = "none";
 const char* attention_last_path() { return g_last_path; }
 void attention_set_last_path(const char* path) { g_last_path = path; }
 
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows) {
+namespace {
+std::atomic<int64_t> g_cudnn_backward_workspace_limit{std::numeric_limits<int64_t>::max()};
+}
+
+void set_cudnn_backward_workspace_limit(int64_t bytes) { g_cudnn_backward_workspace_limit = bytes; }
+int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * T * T * 2; }
+bool cudnn_backward_workspace_fits(int64_t B, int64_t T, int64_t Hq) {
+  return cudnn_backward_workspace_bytes(B, T, Hq) <= g_cudnn_backward_workspace_limit.load();
+}
+
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows,
+                                   bool cudnn_backward) {
   const int64_t rows = B * Hq * T;
   const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
   if (!attention_cudnn_compiled()) return kernels;
-  if (packed_rows)  // the documents forward: table, dense stats (slots, Hq, T) f32, tile ranges
-    return std::max(kernels, document_table_bytes(int(B), int(T)) + document_slots(int(B), int(T)) * Hq * T * 4 +
-                                 attention_mma_forward_scratch_bytes(B, T) + 1024);
+  // The documents forward (packed rows, and the kernels' backward): table, dense stats
+  // (slots, Hq, T) f32, tile ranges.
+  const int64_t documents = document_table_bytes(int(B), int(T)) + document_slots(int(B), int(T)) * Hq * T * 4 +
+                            attention_mma_forward_scratch_bytes(B, T) + 1024;
+  if (packed_rows) return std::max(kernels, documents);
+  if (!cudnn_backward) return kernels;
   // The workspace's T x T matrix, a f32 (B, Hq, T, D) accumulator and 16 MiB for the rest.
-  return std::max(kernels, rows * T * 2 + rows * D * 4 + (int64_t(16) << 20));
+  return std::max(kernels, cudnn_backward_workspace_bytes(B, T, Hq) + rows * D * 4 + (int64_t(16) << 20));
 }
 
 AttentionMode attention_mode() {
@@ -691,6 +706,7 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
     return false;
   CudaState& state = state_of(ctx, op);
   const Variant variant = requested_variant();
+  if (variant == Variant::deterministic && !cudnn_backward_workspace_fits(s.B, s.T, s.Hq)) return false;
   cudnnHandle_t handle = nullptr;
   const Plan& plan = plan_for(state, true, s, variant, &handle);
   if (!plan.plan) return false;

@@ -15,6 +15,7 @@
 //                               backward, not bitwise reproducible
 //   anything else / unset       cuDNN, deterministic backward (dQ without atomics): the default,
 //                               since a step repeated from the same state must be bitwise identical
+//                               (where its workspace fits kCudnnBackwardWorkspaceLimit, below)
 //   INGOT_ATTENTION_REPORT      (any value) print, when a plan is built, every engine config
 //                               cuDNN's heuristics offer (engine index, knob choices) and the
 //                               one taken
@@ -39,12 +40,23 @@ const char* attention_last_path();
 void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
 
+// cuDNN's deterministic backward keeps a B x Hq x T x T bf16 matrix in its workspace (measured in
+// cuDNN 9.14): 4 GiB at 4 x 4096 x 32 heads, 64 GiB at 1 x 32768. Where that workspace is above
+// the limit set here, the backward of whole rows runs on the tensor-core kernels instead (about
+// 2x cuDNN's time, no workspace). Process-wide; unlimited until set. A training run sets it from
+// its memory plan (memory_plan.h, fit_attention_workspace): 0 when the workspace would not fit.
+void set_cudnn_backward_workspace_limit(int64_t bytes);
+bool cudnn_backward_workspace_fits(int64_t B, int64_t T, int64_t Hq);
+int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq);  // B * Hq * T * T * 2
+
 // Scratch bytes an attention step over (B, T) rows of Hq heads of size D needs at most, for the
-// memory plan before anything is allocated. Whole rows: above all cuDNN's deterministic backward,
-// whose workspace holds a B x Hq x T x T bf16 matrix (4226 MiB measured at 4 x 4096 x 32 heads of
-// 64, where this gives 4240 MiB). Packed rows (segment ids): the documents forward's table and
-// dense stats, or the tensor-core backward's delta, whichever is larger.
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows);
+// memory plan before anything is allocated. Whole rows with cudnn_backward: above all cuDNN's
+// deterministic backward workspace (4226 MiB measured at 4 x 4096 x 32 heads of 64, where this
+// gives 4240 MiB). Otherwise (whole rows on the tensor-core backward, or packed rows): the
+// documents forward's table and dense stats, or the tensor-core backward's delta, whichever is
+// larger.
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows,
+                                   bool cudnn_backward);
 
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
