@@ -15,7 +15,7 @@
 //                               backward, not bitwise reproducible
 //   anything else / unset       cuDNN, deterministic backward (dQ without atomics): the default,
 //                               since a step repeated from the same state must be bitwise identical
-//                               (where its workspace fits kCudnnBackwardWorkspaceLimit, below)
+//                               (where its workspace is within set_cudnn_backward_workspace_limit)
 //   INGOT_ATTENTION_REPORT      (any value) print, when a plan is built, every engine config
 //                               cuDNN's heuristics offer (engine index, knob choices) and the
 //                               one taken
