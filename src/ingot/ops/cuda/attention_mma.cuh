@@ -74,6 +74,14 @@ __device__ __forceinline__ void mma_16x8x16(float (&c)[4], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c0, c1 (two 16 x 8 tiles side by side) += a (16 x 16) * b (16 x 16), b from one ldmatrix x4:
+// registers 0, 1 the first 8 columns, 2, 3 the next.
+__device__ __forceinline__ void mma_16x16x16(float (&c0)[4], float (&c1)[4], const uint32_t (&a)[4],
+                                             const uint32_t (&b)[4]) {
+  mma_16x8x16(c0, a, b[0], b[1]);
+  mma_16x8x16(c1, a, b[2], b[3]);
+}
+
 // Two floats as bf16x2, the lower column in the low half (the fragment order).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
@@ -108,8 +116,7 @@ __device__ __forceinline__ void mma_a_bt(float (&acc)[NT][4], const bf16* a, int
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t bf[4];
       ldsm_x4(bf, cols16_address(b, stride, b_row0 + np * 16, kk * 16));
-      mma_16x8x16(acc[2 * np], af, bf[0], bf[1]);
-      mma_16x8x16(acc[2 * np + 1], af, bf[2], bf[3]);
+      mma_16x16x16(acc[2 * np], acc[2 * np + 1], af, bf);
     }
   }
 }
@@ -129,8 +136,7 @@ __device__ __forceinline__ void mma_c_b(float (&acc)[D / 8][4], const float (&p)
     for (int dp = 0; dp < D / 16; ++dp) {
       uint32_t bf[4];
       ldsm_x4_trans(bf, rows16_address(b, stride, b_row0 + kk * 16, dp * 16));
-      mma_16x8x16(acc[2 * dp], af, bf[0], bf[1]);
-      mma_16x8x16(acc[2 * dp + 1], af, bf[2], bf[3]);
+      mma_16x16x16(acc[2 * dp], acc[2 * dp + 1], af, bf);
     }
   }
 }
