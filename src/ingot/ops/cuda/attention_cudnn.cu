@@ -65,11 +65,9 @@ int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, 
   const int64_t rows = B * Hq * T;
   const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
   if (!attention_cudnn_compiled()) return kernels;
-  // The documents forward (packed rows, and the kernels' backward): table, dense stats
-  // (slots, Hq, T) f32, tile ranges.
-  const int64_t documents = document_table_bytes(int(B), int(T)) + document_slots(int(B), int(T)) * Hq * T * 4 +
-                            attention_mma_forward_scratch_bytes(B, T) + 1024;
-  if (packed_rows) return std::max(kernels, documents);
+  if (packed_rows)  // the documents forward: table, dense stats, tile ranges (its plan needs no workspace)
+    return std::max(kernels, document_table_bytes(int(B), int(T)) + document_stats_bytes(int(B), int(T), Hq) +
+                                 attention_mma_forward_scratch_bytes(B, T));
   if (!cudnn_backward) return kernels;
   // The workspace's T x T matrix, a f32 (B, Hq, T, D) accumulator and 16 MiB for the rest.
   return std::max(kernels, cudnn_backward_workspace_bytes(B, T, Hq) + rows * D * 4 + (int64_t(16) << 20));
@@ -764,8 +762,7 @@ Geometry document_geometry(const Geometry& rows) {
 DocumentScratch document_scratch(CudaState& state, const Geometry& rows, const Plan& plan,
                                  const int32_t* segment_ids, const char* op) {
   const int64_t table_bytes = document_table_bytes(int(rows.B), int(rows.T));
-  const Geometry docs = document_geometry(rows);
-  const int64_t stats_bytes = align256(docs.B * docs.Hq * docs.T * int64_t(sizeof(float)));
+  const int64_t stats_bytes = document_stats_bytes(int(rows.B), int(rows.T), rows.Hq);
   const int64_t mma_bytes = attention_mma_forward_scratch_bytes(rows.B, rows.T);
   DocumentScratch d;
   d.offset = table_bytes + stats_bytes;

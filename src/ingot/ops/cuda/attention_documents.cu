@@ -117,6 +117,8 @@ int64_t document_table_bytes(int B, int T) {
   return align256(2 * slots * 4) + align256(2 * (slots + 1) * 4) + align256(int64_t(B) * T);
 }
 
+int64_t document_stats_bytes(int B, int T, int64_t Hq) { return align256(document_slots(B, T) * Hq * T * 4); }
+
 DocumentTable document_table_at(void* buffer, int B, int T) {
   DocumentTable t;
   t.B = B;

@@ -38,6 +38,8 @@ struct DocumentTable {
 
 int64_t document_slots(int B, int T);        // B * ceil(T / kLongDocument)
 int64_t document_table_bytes(int B, int T);  // a multiple of 256
+// cuDNN's dense stats for the documents (slots, Hq, T) f32: bytes, a multiple of 256.
+int64_t document_stats_bytes(int B, int T, int64_t Hq);
 DocumentTable document_table_at(void* buffer, int B, int T);
 
 // Fills the table from segment_ids (B, T); qkv_token and out_token: elements per token of qkv
