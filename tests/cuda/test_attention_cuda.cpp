@@ -36,6 +36,7 @@
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_documents.h"
+#include "ingot/ops/cuda/attention_mma.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
 #include "test_util.h"
@@ -76,6 +77,14 @@ struct ScopedMode {
     if (had) setenv("INGOT_ATTENTION", old.c_str(), 1);
     else unsetenv("INGOT_ATTENTION");
   }
+};
+
+// Sets INGOT_ATTENTION_MMA_SYNC (the tensor-core backward on mma.sync even on Hopper) for one scope.
+struct ScopedMmaSync {
+  explicit ScopedMmaSync(bool on) {
+    if (on) setenv("INGOT_ATTENTION_MMA_SYNC", "1", 1);
+  }
+  ~ScopedMmaSync() { unsetenv("INGOT_ATTENTION_MMA_SYNC"); }
 };
 
 struct Case {
@@ -258,14 +267,26 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
 
 // The tensor-core kernels (INGOT_ATTENTION=mma forces them where cuDNN would run): whole rows, the
 // loader's packed rows with padding, and unsorted ids, which the tile skipping must not get wrong.
+// The backward at D = 64 runs twice on Hopper: on the wgmma kernels (the default there) and on the
+// mma.sync ones (INGOT_ATTENTION_MMA_SYNC), which every other GPU and D = 128 take.
 TEST_F(CudaAttention, MmaMatchesCpu) {
+  auto check = [&](const Case& c, const Reference& ref, const std::vector<int32_t>& seg) {
+    const bool wgmma = cuda::attention_wgmma_backward_available(gpu, int(c.D));
+    for (bool force_sync : {false, true}) {
+      if (force_sync && !wgmma) continue;
+      ScopedMmaSync scoped(force_sync);
+      expect_matches_cpu(c, ref, seg, "mma", {"mma"});
+      EXPECT_STREQ(cuda::attention_mma_backward_kernels(), wgmma && !force_sync ? "wgmma" : "mma.sync")
+          << c.describe();
+    }
+  };
   for (int64_t D : {64, 128})
     for (auto [Hq, Hkv] : {std::pair<int64_t, int64_t>{8, 2}, {4, 4}})
       for (int64_t T : {77, 300}) {
         const Case c{2, T, Hq, Hkv, D};
         const uint64_t seed = uint64_t(17 + T + D + Hkv);
         for (const auto& seg : {std::vector<int32_t>{}, packed_rows(c.B, c.T, seed), scattered_ids(c.B, c.T)})
-          expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, "mma", {"mma"});
+          check(c, cpu_reference(cpu, c, seg, seed), seg);
       }
   // Rows shorter than a tile, and a last tile of one row.
   for (int64_t D : {64, 128})
@@ -273,12 +294,12 @@ TEST_F(CudaAttention, MmaMatchesCpu) {
       const Case c{2, T, 4, 2, D};
       const uint64_t seed = uint64_t(31 + T + D);
       for (const auto& seg : {std::vector<int32_t>{}, packed_rows(c.B, c.T, seed)})
-        expect_matches_cpu(c, cpu_reference(cpu, c, seg, seed), seg, "mma", {"mma"});
+        check(c, cpu_reference(cpu, c, seg, seed), seg);
     }
   // Long packed rows, where most tile pairs are skipped: Llama-3.2-1B's head layout.
   const Case c{1, 2048, 8, 2, 64};
   const std::vector<int32_t> seg = packed_rows(c.B, c.T, 5);
-  expect_matches_cpu(c, cpu_reference(cpu, c, seg, 5), seg, "mma", {"mma"});
+  check(c, cpu_reference(cpu, c, seg, 5), seg);
 }
 
 // Rows of documents with the given lengths, cycled, then (with `pad`) padding (id -1) over the
@@ -503,8 +524,11 @@ TEST_F(CudaAttention, Perf) {
     const double scale = 1.0 / std::sqrt(double(s.D));
     const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, s.Hq, s.Hkv, s.D, 21);
     const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
-    for (const char* mode : {"kernels", "mma", "cudnn", "cudnn-fast"}) {
-      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
+    for (const char* mode : {"kernels", "mma", "mma.sync", "cudnn", "cudnn-fast"}) {
+      const bool sync = std::strcmp(mode, "mma.sync") == 0;
+      if (sync && !cuda::attention_wgmma_backward_available(gpu, int(s.D))) continue;  // the "mma" row already
+      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : sync ? "mma" : mode);
+      ScopedMmaSync scoped_sync(sync);
       const bool slow = std::strcmp(mode, "kernels") == 0;
       const double f = median_ms(state_, [&] {
         ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
@@ -513,7 +537,8 @@ TEST_F(CudaAttention, Perf) {
       const double b = median_ms(state_, [&] {
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
-      const std::string bwd_path = cuda::attention_last_path();
+      std::string bwd_path = cuda::attention_last_path();
+      if (bwd_path == "mma") bwd_path = cuda::attention_mma_backward_kernels();
       if (!slow) {  // is this backward bitwise reproducible at this size?
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
         const auto first = download_bytes(dqkv);
@@ -590,24 +615,30 @@ TEST_F(CudaAttention, PerfPackedRows) {
   const double whole_pairs = double(B) * T * (T + 1) / 2;
   std::printf("packed attention on %s, %ld x %ld tokens, %ld/%ld/%ld heads; fwd + bwd (median of 5):\n",
               cuda::device_name().c_str(), long(B), long(T), long(Hq), long(Hkv), long(D));
-  std::printf("| rows                          | ms       | useful TFLOP/s | path |\n");
+  std::printf("| rows                          | ms       | useful TFLOP/s | backward path |\n");
   struct Run {
     const char* label;
     const char* mode;
     bool segments;
   };
-  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, tensor cores alone", "mma", true},
-                       Run{"packed, CUDA-core kernels", "kernels", true},
-                       Run{"whole-row causal (default)", nullptr, false}, Run{"whole-row causal, mma", "mma", false}}) {
-    ScopedMode scoped(r.mode);
+  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, mma.sync backward", "mma.sync", true},
+                       Run{"packed, tensor cores alone", "mma", true}, Run{"packed, CUDA-core kernels", "kernels", true},
+                       Run{"whole-row causal (default)", nullptr, false}, Run{"whole-row causal, mma", "mma", false},
+                       Run{"whole-row causal, mma.sync", "mma.sync", false}}) {
+    // "mma.sync": the run above it with the backward on mma.sync instead of wgmma (Hopper).
+    const bool sync = r.mode && std::strcmp(r.mode, "mma.sync") == 0;
+    if (sync && !cuda::attention_wgmma_backward_available(gpu, int(D))) continue;
+    ScopedMode scoped(sync ? (r.segments ? nullptr : "mma") : r.mode);
+    ScopedMmaSync scoped_sync(sync);
     const Tensor segments = r.segments ? seg : Tensor{};
     const double ms = median_ms(state_, [&] {
       ops::attention_forward(gpu, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
       ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, segments, int(Hq), int(Hkv), scale);
     }, 1, 5);
     const double flops = 3.5 * 4.0 * D * Hq * (r.segments ? packed_pairs : whole_pairs);
-    std::printf("| %-29s | %8.3f | %14.1f | %s |\n", r.label, ms, flops / (ms * 1e-3) / 1e12,
-                cuda::attention_last_path());
+    std::string path = cuda::attention_last_path();  // the backward's
+    if (path == "mma") path += std::string(" (") + cuda::attention_mma_backward_kernels() + ")";
+    std::printf("| %-29s | %8.3f | %14.1f | %s |\n", r.label, ms, flops / (ms * 1e-3) / 1e12, path.c_str());
   }
 }
 

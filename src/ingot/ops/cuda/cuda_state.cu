@@ -56,6 +56,7 @@ CudaState* create_state(int device_index) {
     INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     state->num_sms = prop.multiProcessorCount;
     state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
+    state->compute_capability = prop.major * 10 + prop.minor;
     INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kCublasLtWorkspaceBytes);

@@ -1,0 +1,315 @@
+// Causal GQA attention backward on Hopper's warpgroup MMA (wgmma, sm_90a), D = 64: the same
+// deterministic three steps, tiles, work order and document skipping as the mma.sync kernels of
+// attention_mma_backward.cu, which run everywhere else:
+//   1. delta (B,Hq,T) f32 = rowsum(dout * out) (the caller);
+//   2. dK, dV: one block (one warpgroup, 64 keys) per (key tile, kv head, batch), over the query
+//      heads of its group and the query tiles from the diagonal on that share a document with it:
+//      S^T = K Q^T and dP^T = V dO^T from shared memory, P^T and dS^T in registers, then
+//      dV += P^T dO and dK += dS^T Q with P^T and dS^T as register A operands;
+//   3. dQ: one block (64 queries) per (query tile, query head, batch), over the key tiles up to
+//      the diagonal: S = Q K^T, dP = dO V^T, dQ += dS K.
+// What changes against mma.sync: no fragment loads from shared memory (wgmma reads the swizzled
+// tiles itself, attention_wgmma.cuh), and each product is four instructions for the warpgroup.
+#include <cstdlib>
+
+#include "ingot/ops/cuda/attention_wgmma.cuh"
+
+namespace ingot::cuda {
+
+namespace {
+
+using namespace attention_wgmma;
+using attention::Shape;
+using attention_mma::cp_async_commit;
+using attention_mma::cp_async_wait;
+using attention_mma::next_meeting;
+using attention_mma::stage_ids;
+using attention_mma::zero;
+
+// Both kernels: six tiles (two kept, two streamed double-buffered), lse and delta of the streamed
+// query rows double-buffered (dK/dV kernel), segment ids of the kept rows and both streamed
+// buffers, and 1 KiB to align the tiles to the swizzle's 1024 bytes.
+constexpr size_t kSmemBytes = 6 * size_t(kTileBytes) + 4 * kTile * sizeof(float) + 3 * kTile * sizeof(int) + 1024;
+
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
+// As mma_attention_backward_dkdv_kernel; 3 blocks an SM, as there.
+__global__ void __launch_bounds__(kThreads, 3)
+    wgmma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                                         const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
+                                         Shape s, float scale, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = 64;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* Ks = align_1024(smem_raw);
+  unsigned char* Vs = Ks + kTileBytes;
+  unsigned char* Q_buf = Vs + kTileBytes;          // [2] tiles
+  unsigned char* dO_buf = Q_buf + 2 * kTileBytes;  // [2] tiles
+  float* lse_buf = reinterpret_cast<float*>(dO_buf + 2 * kTileBytes);  // [2][kTile]
+  float* delta_buf = lse_buf + 2 * kTile;                              // [2][kTile]
+  int* seg_k = reinterpret_cast<int*>(delta_buf + 2 * kTile);
+  int* seg_q_buf = seg_k + kTile;                                      // [2][kTile]
+
+  const int n_tiles = int(gridDim.x);
+  const int kt = blockIdx.x;
+  const int g = blockIdx.y, b = blockIdx.z, group = s.Hq / s.Hkv;
+  const int T = s.T, k0 = kt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
+  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
+  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+
+  auto fetch_queries = [&](int hh, int qt, int buf) {
+    const int h = g * group + hh, q0 = qt * kTile;
+    stage_tile_async(Q_buf + buf * kTileBytes, batch + int64_t(h) * D, row_stride, q0, T);
+    stage_tile_async(dO_buf + buf * kTileBytes, dout_batch + int64_t(h) * D, dout_stride, q0, T);
+    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
+    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      const bool in = q0 + r < T;
+      lse_buf[buf * kTile + r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
+      delta_buf[buf * kTile + r] = in ? delta_h[q0 + r] : 0.f;
+    }
+    stage_ids(seg_q_buf + buf * kTile, seg_row, q0, T);
+    cp_async_commit();
+  };
+  stage_tile_async(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+  stage_tile_async(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+  stage_ids(seg_k, seg_row, k0, T);
+  int hh = 0, qt = kt;
+  fetch_queries(hh, qt, 0);
+
+  const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows: r_lo and r_lo + 8
+  const uint32_t k_tile = smem_u32(Ks), v_tile = smem_u32(Vs);
+  float dk[8][4], dv[8][4], pt[8][4], dst[8][4];  // pt: S^T then P^T; dst: dP^T then dS^T (64 keys x 64 queries)
+  zero(dk);
+  zero(dv);
+  zero(pt);
+  zero(dst);
+
+  for (int buf = 0; hh < group; buf ^= 1) {
+    int next_hh = hh, next_qt = next_meeting(ranges, kt, qt, n_tiles - 1);
+    if (next_qt == n_tiles) {
+      ++next_hh;
+      next_qt = kt;
+    }
+    if (next_hh < group) {
+      fetch_queries(next_hh, next_qt, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_async_shared();
+    __syncthreads();  // item (hh, qt) (and K, V) visible to every warp and to the tensor cores
+    const int q0 = qt * kTile;
+    const uint32_t q_tile = smem_u32(Q_buf + buf * kTileBytes), do_tile = smem_u32(dO_buf + buf * kTileBytes);
+    const float* lse_s = lse_buf + buf * kTile;
+    const float* delta_s = delta_buf + buf * kTile;
+    const int* seg_q = seg_q_buf + buf * kTile;
+
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_major(k_tile, kk), k_major(q_tile, kk), kk);  // S^T = K Q^T
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(dst, k_major(v_tile, kk), k_major(do_tile, kk), kk);  // dP^T = V dO^T
+    wgmma_commit();
+    wgmma_wait<0>();
+
+    const bool masked = seg_row || qt == kt || q0 + kTile > T;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
+        float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
+        if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
+        pt[nt][e] = p;
+        dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
+      }
+
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {  // dV += P^T dO
+      uint32_t a[4];
+      a_fragment(a, pt, kk);
+      wgmma_rs(dv, a, mn_major(do_tile, kk));
+    }
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {  // dK += dS^T Q
+      uint32_t a[4];
+      a_fragment(a, dst, kk);
+      wgmma_rs(dk, a, mn_major(q_tile, kk));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    hh = next_hh;
+    qt = next_qt;
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = k0 + r_lo + 8 * r;
+    if (j >= T) continue;
+    bf16* dk_row = dqkv + (int64_t(b) * T + j) * row_stride + int64_t(s.Hq + g) * D + 2 * (lane & 3);
+    bf16* dv_row = dk_row + int64_t(s.Hkv) * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) = pack_bf16x2(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = pack_bf16x2(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    }
+  }
+#else
+  __trap();  // launched only where sm_90a code was built (attention_wgmma_backward_takes)
+#endif
+}
+
+// As mma_attention_backward_dq_kernel.
+__global__ void __launch_bounds__(kThreads)
+    wgmma_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                                       const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
+                                       Shape s, float scale, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = 64;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* Qs = align_1024(smem_raw);
+  unsigned char* dOs = Qs + kTileBytes;
+  unsigned char* K_buf = dOs + kTileBytes;         // [2] tiles
+  unsigned char* V_buf = K_buf + 2 * kTileBytes;   // [2] tiles
+  int* seg_q = reinterpret_cast<int*>(V_buf + 2 * kTileBytes);
+  int* seg_k_buf = seg_q + kTile;                  // [2][kTile]
+
+  const int n_tiles = int(gridDim.x);
+  const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first
+  const int h = blockIdx.y, b = blockIdx.z, g = h / (s.Hq / s.Hkv);
+  const int T = s.T, q0 = qt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
+  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
+  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
+
+  auto fetch_keys = [&](int kt, int buf) {
+    stage_tile_async(K_buf + buf * kTileBytes, k_head, row_stride, kt * kTile, T);
+    stage_tile_async(V_buf + buf * kTileBytes, v_head, row_stride, kt * kTile, T);
+    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
+    cp_async_commit();
+  };
+  stage_tile_async(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
+  stage_tile_async(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
+  stage_ids(seg_q, seg_row, q0, T);
+  int kt = next_meeting(ranges, qt, -1, qt);
+  fetch_keys(kt, 0);
+
+  const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
+  float row_lse[2], row_delta[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    const int64_t at = (int64_t(b) * s.Hq + h) * T + i;
+    row_lse[r] = i < T ? lse[at] * attention::kLog2e : 0.f;
+    row_delta[r] = i < T ? delta[at] : 0.f;
+  }
+  const uint32_t q_tile = smem_u32(Qs), do_tile = smem_u32(dOs);
+  float dq[8][4], p[8][4], ds[8][4];  // p: S then P; ds: dP then dS (64 queries x 64 keys)
+  zero(dq);
+  zero(p);
+  zero(ds);
+
+  for (int buf = 0; kt <= qt; buf ^= 1) {
+    const int next = next_meeting(ranges, qt, kt, qt);
+    if (next <= qt) {
+      fetch_keys(next, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_async_shared();
+    __syncthreads();  // tile kt (and Q, dO) visible to every warp and to the tensor cores
+    const int k0 = kt * kTile;
+    const uint32_t k_tile = smem_u32(K_buf + buf * kTileBytes), v_tile = smem_u32(V_buf + buf * kTileBytes);
+    const int* seg_k = seg_k_buf + buf * kTile;
+
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(p, k_major(q_tile, kk), k_major(k_tile, kk), kk);    // S = Q K^T
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(ds, k_major(do_tile, kk), k_major(v_tile, kk), kk);  // dP = dO V^T
+    wgmma_commit();
+    wgmma_wait<0>();
+
+    const bool masked = seg_row || kt == qt || k0 + kTile > T;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+        float pv = exp2f(p[nt][e] * scale_log2 - row_lse[e >> 1]);
+        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
+        ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
+      }
+
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {  // dQ += dS K
+      uint32_t a[4];
+      a_fragment(a, ds, kk);
+      wgmma_rs(dq, a, mn_major(k_tile, kk));
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+    kt = next;
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    if (i >= T) continue;
+    bf16* dq_row = dqkv + (int64_t(b) * T + i) * row_stride + int64_t(h) * D + 2 * (lane & 3);
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+      *reinterpret_cast<uint32_t*>(dq_row + dt * 8) = pack_bf16x2(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
+  }
+#else
+  __trap();
+#endif
+}
+
+}  // namespace
+
+bool attention_wgmma_backward_takes(const CudaState& state, int D) {
+#if defined(INGOT_CUDA_SM90A)
+  if (std::getenv("INGOT_ATTENTION_MMA_SYNC") != nullptr) return false;
+  return D == 64 && state.compute_capability == 90 && int64_t(kSmemBytes) <= state.max_smem_per_block;
+#else
+  (void)state;
+  (void)D;
+  return false;
+#endif
+}
+
+void attention_wgmma_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                              const bf16* qkv, const int32_t* segment_ids, const uint2* ranges, const Shape& s,
+                              double scale) {
+  const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
+  const float scale_f = float(scale), scale_log2 = float(scale) * attention::kLog2e;
+  auto dkdv = wgmma_attention_backward_dkdv_kernel;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  dkdv<<<dim3(n_tiles, unsigned(s.Hkv), unsigned(s.B)), kThreads, kSmemBytes, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dkdv_kernel");
+  auto dq = wgmma_attention_backward_dq_kernel;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
+  dq<<<dim3(n_tiles, unsigned(s.Hq), unsigned(s.B)), kThreads, kSmemBytes, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dq_kernel");
+}
+
+}  // namespace ingot::cuda
