@@ -1,16 +1,17 @@
 // Hopper (sm_90a) pieces of the tensor-core attention backward (attention_wgmma_backward.cu): the
-// warpgroup MMA (wgmma) and the shared-memory layout it reads. Only D = 64 so far.
+// warpgroup MMA (wgmma) and the shared-memory layout it reads. D = 64 or 128.
 //
-// Tiles: 64 tokens x 64 bf16 (one head), 128-byte rows, 8 KiB, 1024-byte aligned, in the 128-byte
-// swizzle of the PTX ISA ("Shared Memory Matrix Layout"): the 16-byte chunk c of row r sits at
-// byte r * 128 + ((c ^ (r % 8)) * 16). One such tile serves both ways a product reads it:
+// Tiles: 64 tokens x D bf16 (one head), stored as D / 64 column halves of 64 tokens x 64 bf16 (128-byte
+// rows, 8 KiB each), 1024-byte aligned, in the 128-byte swizzle of the PTX ISA ("Shared Memory Matrix
+// Layout"): in a half, the 16-byte chunk c of row r sits at byte r * 128 + ((c ^ (r % 8)) * 16). One
+// such tile serves both ways a product reads it:
 //   - K-major (the contraction runs along D): S = Q K^T reads Q and K this way;
 //   - MN-major (the contraction runs along the tokens): dV += P^T dO reads dO this way.
 // Descriptors (64-bit; start address, leading and stride byte offsets, all >> 4; swizzle mode 1
-// in bits 62-63): K-major steps of 16 along D move the start by 32 bytes inside the swizzle atom,
-// 8-row groups are 1024 bytes apart (stride offset), the leading offset is unused; MN-major steps
-// of 16 tokens move the start by 2048 bytes, 8-token groups are 1024 bytes apart, and the leading
-// offset (the next 64 columns) is unused at N = 64.
+// in bits 62-63): K-major steps of 16 along D move the start by 32 bytes inside a half (and to the
+// next half after four), 8-row groups are 1024 bytes apart (stride offset), the leading offset is
+// unused; MN-major steps of 16 tokens move the start by 2048 bytes, 8-token groups are 1024 bytes
+// apart, and the leading offset is the distance to the next 64 columns: the next half.
 //
 // Register fragments (per warp w of the warpgroup, rows 16 w .. 16 w + 15; lane = 4 r + c): the
 // accumulator of m64nNk16 holds, for each 8-column block j, d[j][0..1] at row r, columns 8 j + 2 c,
@@ -27,9 +28,11 @@ using attention_mma::kTile;
 using attention_mma::pack_bf16x2;
 using attention_mma::smem_u32;
 
-constexpr int kRowBytes = 128;                   // a tile row: 64 bf16
-constexpr int kTileBytes = kTile * kRowBytes;    // 8 KiB
+constexpr int kRowBytes = 128;                   // a row of a half: 64 bf16
+constexpr int kHalfBytes = kTile * kRowBytes;    // 8 KiB
 constexpr int kAtomBytes = 8 * kRowBytes;        // the swizzle's repeating 8 rows
+template <int D>
+constexpr int tile_bytes() { return kTile * D * 2; }
 
 // A 128-byte-swizzled operand at shared address `addr`; lbo and sbo in bytes.
 __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lbo, uint32_t sbo) {
@@ -38,11 +41,11 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lbo, uint
 }
 // Tile at `tile` read K-major (contraction along D), columns [16 kk, 16 kk + 16).
 __device__ __forceinline__ uint64_t k_major(uint32_t tile, int kk) {
-  return descriptor(tile + uint32_t(kk) * 32, 16, kAtomBytes);
+  return descriptor(tile + uint32_t(kk >> 2) * kHalfBytes + uint32_t(kk & 3) * 32, 16, kAtomBytes);
 }
-// Tile at `tile` read MN-major (contraction along its rows), rows [16 kk, 16 kk + 16).
+// Tile at `tile` read MN-major (contraction along its rows), rows [16 kk, 16 kk + 16), all D columns.
 __device__ __forceinline__ uint64_t mn_major(uint32_t tile, int kk) {
-  return descriptor(tile + uint32_t(kk) * 16 * kRowBytes, kTileBytes, kAtomBytes);
+  return descriptor(tile + uint32_t(kk) * 16 * kRowBytes, kHalfBytes, kAtomBytes);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -57,41 +60,72 @@ __device__ __forceinline__ void fence_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-#define INGOT_WGMMA_D32                                                                                 \
-  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), \
-      "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]),            \
-      "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]),            \
-      "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),            \
-      "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-#define INGOT_WGMMA_ACC                                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// Accumulator operands of m64nNk16, d[N / 8][4] in fragment order (N = 64: 32 registers; 128: 64).
+#define INGOT_WGMMA_D32 \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+      "+f"(d[7][2]), "+f"(d[7][3])
+#define INGOT_WGMMA_ACC32 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define INGOT_WGMMA_D64 \
+  "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), \
+      "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+      "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), \
+      "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+      "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), \
+      "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+      "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), "+f"(d[10][0]), "+f"(d[10][1]), \
+      "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+      "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), \
+      "+f"(d[13][2]), "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+      "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define INGOT_WGMMA_ACC64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+  "%59, %60, %61, %62, %63}"
 
 // d (64 x 64, f32) (+)= A (64 x 16) B (16 x 64), A and B K-major in shared memory; accumulate 0
-// overwrites d. Asynchronous: fence before, commit and wait after.
+// overwrites d. Asynchronous, as every wgmma here: fence before, commit and wait after.
 __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " INGOT_WGMMA_ACC ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " INGOT_WGMMA_ACC32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
       : INGOT_WGMMA_D32
       : "l"(a), "l"(b), "r"(accumulate));
 #endif
 }
 
-// d (64 x 64, f32) += A (64 x 16, registers) B (16 x 64), B MN-major in shared memory.
+// d (64 x N, f32) += A (64 x 16, registers) B (16 x N), B MN-major in shared memory; N = 64 or 128.
 __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " INGOT_WGMMA_ACC
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " INGOT_WGMMA_ACC32
       ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
       : INGOT_WGMMA_D32
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 #endif
 }
+__device__ __forceinline__ void wgmma_rs(float (&d)[16][4], const uint32_t (&a)[4], uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " INGOT_WGMMA_ACC64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : INGOT_WGMMA_D64
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+#endif
+}
 #undef INGOT_WGMMA_D32
-#undef INGOT_WGMMA_ACC
+#undef INGOT_WGMMA_ACC32
+#undef INGOT_WGMMA_D64
+#undef INGOT_WGMMA_ACC64
 
 // The A fragment of columns [16 kk, 16 kk + 16) of an accumulator, rounded to bf16.
 __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&d)[8][4], int kk) {
@@ -101,14 +135,16 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&d)[8]
   a[3] = pack_bf16x2(d[2 * kk + 1][2], d[2 * kk + 1][3]);
 }
 
-// Token rows [row0, row0 + kTile) of one head (64 bf16 at `base`, tokens `row_stride` apart) ->
-// the swizzled tile at `tile`, as cp.async copies of this thread's share; rows at or past T are zero.
+// Token rows [row0, row0 + kTile) of one head (D bf16 at `base`, tokens `row_stride` apart) -> the
+// swizzled tile at `tile`, as cp.async copies of this thread's share; rows at or past T are zero.
+template <int D>
 __device__ __forceinline__ void stage_tile_async(unsigned char* tile, const bf16* base, int64_t row_stride,
                                                  int row0, int T) {
-  for (int e = threadIdx.x; e < kTile * 8; e += kThreads) {
-    const int r = e >> 3, c = e & 7;
+  constexpr int kChunks = D / 8;
+  for (int e = threadIdx.x; e < kTile * kChunks; e += kThreads) {
+    const int r = e / kChunks, c = e % kChunks;
     const bool in = row0 + r < T;
-    attention_mma::cp_async_16(tile + r * kRowBytes + ((c ^ (r & 7)) << 4),
+    attention_mma::cp_async_16(tile + (c >> 3) * kHalfBytes + r * kRowBytes + (((c & 7) ^ (r & 7)) << 4),
                                in ? base + int64_t(row0 + r) * row_stride + c * 8 : base, in);
   }
 }
@@ -118,7 +154,7 @@ __device__ __forceinline__ void stage_tile_async(unsigned char* tile, const bf16
 namespace ingot::cuda {
 
 // Whether the wgmma backward takes head dim D on this device: an sm_90 GPU, sm_90a code built
-// (INGOT_CUDA_SM90A, from CMAKE_CUDA_ARCHITECTURES), D = 64, and INGOT_ATTENTION_MMA_SYNC unset
+// (INGOT_CUDA_SM90A, from CMAKE_CUDA_ARCHITECTURES), D = 64 or 128, and INGOT_ATTENTION_MMA_SYNC unset
 // (that variable keeps the mma.sync kernels, for A/B runs).
 bool attention_wgmma_backward_takes(const CudaState& state, int D);
 // Steps 2 and 3 of attention_wgmma_backward.cu; delta and the tile ranges (or null) come from

@@ -1,4 +1,4 @@
-// Causal GQA attention backward on Hopper's warpgroup MMA (wgmma, sm_90a), D = 64: the same
+// Causal GQA attention backward on Hopper's warpgroup MMA (wgmma, sm_90a), D = 64 or 128: the same
 // deterministic three steps, tiles, work order and document skipping as the mma.sync kernels of
 // attention_mma_backward.cu, which run everywhere else:
 //   1. delta (B,Hq,T) f32 = rowsum(dout * out) (the caller);
@@ -28,20 +28,26 @@ using attention_mma::zero;
 
 // Both kernels: six tiles (two kept, two streamed double-buffered), lse and delta of the streamed
 // query rows double-buffered (dK/dV kernel), segment ids of the kept rows and both streamed
-// buffers, and 1 KiB to align the tiles to the swizzle's 1024 bytes.
-constexpr size_t kSmemBytes = 6 * size_t(kTileBytes) + 4 * kTile * sizeof(float) + 3 * kTile * sizeof(int) + 1024;
+// buffers, and 1 KiB to align the tiles to the swizzle's 1024 bytes. 51 KiB at D = 64, 99 at 128.
+template <int D>
+constexpr size_t smem_bytes() {
+  return 6 * size_t(tile_bytes<D>()) + 4 * kTile * sizeof(float) + 3 * kTile * sizeof(int) + 1024;
+}
 
 __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
   return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
 }
 
-// As mma_attention_backward_dkdv_kernel; 3 blocks an SM, as there.
-__global__ void __launch_bounds__(kThreads, 3)
+// As mma_attention_backward_dkdv_kernel. Resident blocks an SM: at D = 64, 3 (the registers cap at
+// 168, and ptxas serialises some wgmmas for it) measured faster than 2 (174 registers, none
+// serialised): 2.33 against 2.60 ms alone at Llama-3.2-1B's heads; at D = 128, the tiles allow 2.
+template <int D>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     wgmma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
                                          const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
                                          Shape s, float scale, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int D = 64;
+  constexpr int kTileBytes = tile_bytes<D>();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* Ks = align_1024(smem_raw);
   unsigned char* Vs = Ks + kTileBytes;
@@ -65,8 +71,8 @@ __global__ void __launch_bounds__(kThreads, 3)
 
   auto fetch_queries = [&](int hh, int qt, int buf) {
     const int h = g * group + hh, q0 = qt * kTile;
-    stage_tile_async(Q_buf + buf * kTileBytes, batch + int64_t(h) * D, row_stride, q0, T);
-    stage_tile_async(dO_buf + buf * kTileBytes, dout_batch + int64_t(h) * D, dout_stride, q0, T);
+    stage_tile_async<D>(Q_buf + buf * kTileBytes, batch + int64_t(h) * D, row_stride, q0, T);
+    stage_tile_async<D>(dO_buf + buf * kTileBytes, dout_batch + int64_t(h) * D, dout_stride, q0, T);
     const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
     const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
     for (int r = threadIdx.x; r < kTile; r += kThreads) {
@@ -77,15 +83,15 @@ __global__ void __launch_bounds__(kThreads, 3)
     stage_ids(seg_q_buf + buf * kTile, seg_row, q0, T);
     cp_async_commit();
   };
-  stage_tile_async(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
-  stage_tile_async(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+  stage_tile_async<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+  stage_tile_async<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
   stage_ids(seg_k, seg_row, k0, T);
   int hh = 0, qt = kt;
   fetch_queries(hh, qt, 0);
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows: r_lo and r_lo + 8
   const uint32_t k_tile = smem_u32(Ks), v_tile = smem_u32(Vs);
-  float dk[8][4], dv[8][4], pt[8][4], dst[8][4];  // pt: S^T then P^T; dst: dP^T then dS^T (64 keys x 64 queries)
+  float dk[D / 8][4], dv[D / 8][4], pt[8][4], dst[8][4];  // pt: S^T then P^T; dst: dP^T then dS^T (64 keys x 64 queries)
   zero(dk);
   zero(dv);
   zero(pt);
@@ -111,13 +117,16 @@ __global__ void __launch_bounds__(kThreads, 3)
     const float* delta_s = delta_buf + buf * kTile;
     const int* seg_q = seg_q_buf + buf * kTile;
 
+    // Four commit groups, each overlapping the next step's CUDA-core work: P^T is computed while
+    // dP^T is in flight, dS^T while dV is.
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_major(k_tile, kk), k_major(q_tile, kk), kk);  // S^T = K Q^T
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(dst, k_major(v_tile, kk), k_major(do_tile, kk), kk);  // dP^T = V dO^T
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // S^T
 
     const bool masked = seg_row || qt == kt || q0 + kTile > T;
 #pragma unroll
@@ -128,9 +137,7 @@ __global__ void __launch_bounds__(kThreads, 3)
         float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
         if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
         pt[nt][e] = p;
-        dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
       }
-
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {  // dV += P^T dO
@@ -138,6 +145,13 @@ __global__ void __launch_bounds__(kThreads, 3)
       a_fragment(a, pt, kk);
       wgmma_rs(dv, a, mn_major(do_tile, kk));
     }
+    wgmma_commit();
+    wgmma_wait<1>();  // dP^T (dV may still run)
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_s[nt * 8 + 2 * (lane & 3) + (e & 1)]);
+    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {  // dK += dS^T Q
       uint32_t a[4];
@@ -169,12 +183,13 @@ __global__ void __launch_bounds__(kThreads, 3)
 }
 
 // As mma_attention_backward_dq_kernel.
-__global__ void __launch_bounds__(kThreads)
+template <int D>
+__global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     wgmma_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
                                        const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
                                        Shape s, float scale, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int D = 64;
+  constexpr int kTileBytes = tile_bytes<D>();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   unsigned char* Qs = align_1024(smem_raw);
   unsigned char* dOs = Qs + kTileBytes;
@@ -196,13 +211,13 @@ __global__ void __launch_bounds__(kThreads)
   const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
 
   auto fetch_keys = [&](int kt, int buf) {
-    stage_tile_async(K_buf + buf * kTileBytes, k_head, row_stride, kt * kTile, T);
-    stage_tile_async(V_buf + buf * kTileBytes, v_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(K_buf + buf * kTileBytes, k_head, row_stride, kt * kTile, T);
+    stage_tile_async<D>(V_buf + buf * kTileBytes, v_head, row_stride, kt * kTile, T);
     stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
     cp_async_commit();
   };
-  stage_tile_async(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
-  stage_tile_async(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
+  stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
+  stage_tile_async<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
   stage_ids(seg_q, seg_row, q0, T);
   int kt = next_meeting(ranges, qt, -1, qt);
   fetch_keys(kt, 0);
@@ -217,7 +232,7 @@ __global__ void __launch_bounds__(kThreads)
     row_delta[r] = i < T ? delta[at] : 0.f;
   }
   const uint32_t q_tile = smem_u32(Qs), do_tile = smem_u32(dOs);
-  float dq[8][4], p[8][4], ds[8][4];  // p: S then P; ds: dP then dS (64 queries x 64 keys)
+  float dq[D / 8][4], p[8][4], ds[8][4];  // p: S then P; ds: dP then dS (64 queries x 64 keys)
   zero(dq);
   zero(p);
   zero(ds);
@@ -236,13 +251,15 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t k_tile = smem_u32(K_buf + buf * kTileBytes), v_tile = smem_u32(V_buf + buf * kTileBytes);
     const int* seg_k = seg_k_buf + buf * kTile;
 
+    // P is computed while dP is in flight.
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(p, k_major(q_tile, kk), k_major(k_tile, kk), kk);    // S = Q K^T
+    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(ds, k_major(do_tile, kk), k_major(v_tile, kk), kk);  // dP = dO V^T
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // S
 
     const bool masked = seg_row || kt == qt || k0 + kTile > T;
 #pragma unroll
@@ -252,8 +269,13 @@ __global__ void __launch_bounds__(kThreads)
         const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
         float pv = exp2f(p[nt][e] * scale_log2 - row_lse[e >> 1]);
         if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
-        ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
+        p[nt][e] = pv;
       }
+    wgmma_wait<0>();  // dP
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - row_delta[e >> 1]);
 
     wgmma_fence();
 #pragma unroll
@@ -287,7 +309,8 @@ __global__ void __launch_bounds__(kThreads)
 bool attention_wgmma_backward_takes(const CudaState& state, int D) {
 #if defined(INGOT_CUDA_SM90A)
   if (std::getenv("INGOT_ATTENTION_MMA_SYNC") != nullptr) return false;
-  return D == 64 && state.compute_capability == 90 && int64_t(kSmemBytes) <= state.max_smem_per_block;
+  if (state.compute_capability != 90 || (D != 64 && D != 128)) return false;
+  return int64_t(D == 64 ? smem_bytes<64>() : smem_bytes<128>()) <= state.max_smem_per_block;
 #else
   (void)state;
   (void)D;
@@ -295,21 +318,33 @@ bool attention_wgmma_backward_takes(const CudaState& state, int D) {
 #endif
 }
 
+namespace {
+
+template <int D>
+void launch(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta, const bf16* qkv,
+            const int32_t* segment_ids, const uint2* ranges, const Shape& s, double scale) {
+  const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
+  const float scale_f = float(scale), scale_log2 = float(scale) * attention::kLog2e;
+  const int smem = int(smem_bytes<D>());
+  auto dkdv = wgmma_attention_backward_dkdv_kernel<D>;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dkdv<<<dim3(n_tiles, unsigned(s.Hkv), unsigned(s.B)), kThreads, smem, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dkdv_kernel");
+  auto dq = wgmma_attention_backward_dq_kernel<D>;
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dq<<<dim3(n_tiles, unsigned(s.Hq), unsigned(s.B)), kThreads, smem, state.stream>>>(
+      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
+  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dq_kernel");
+}
+
+}  // namespace
+
 void attention_wgmma_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
                               const bf16* qkv, const int32_t* segment_ids, const uint2* ranges, const Shape& s,
                               double scale) {
-  const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
-  const float scale_f = float(scale), scale_log2 = float(scale) * attention::kLog2e;
-  auto dkdv = wgmma_attention_backward_dkdv_kernel;
-  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-  dkdv<<<dim3(n_tiles, unsigned(s.Hkv), unsigned(s.B)), kThreads, kSmemBytes, state.stream>>>(
-      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
-  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dkdv_kernel");
-  auto dq = wgmma_attention_backward_dq_kernel;
-  INGOT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-  dq<<<dim3(n_tiles, unsigned(s.Hq), unsigned(s.B)), kThreads, kSmemBytes, state.stream>>>(
-      dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale_f, scale_log2);
-  INGOT_LAUNCH_CHECK("wgmma_attention_backward_dq_kernel");
+  if (s.D == 64) launch<64>(state, dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale);
+  else launch<128>(state, dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale);
 }
 
 }  // namespace ingot::cuda
