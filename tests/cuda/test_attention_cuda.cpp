@@ -79,7 +79,7 @@ struct ScopedMode {
   }
 };
 
-// Sets INGOT_ATTENTION_MMA_SYNC (the tensor-core backward on mma.sync even on Hopper) for one scope.
+// Sets INGOT_ATTENTION_MMA_SYNC (the tensor-core kernels on mma.sync even on Hopper) for one scope.
 struct ScopedMmaSync {
   explicit ScopedMmaSync(bool on) {
     if (on) setenv("INGOT_ATTENTION_MMA_SYNC", "1", 1);
@@ -267,16 +267,16 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
 
 // The tensor-core kernels (INGOT_ATTENTION=mma forces them where cuDNN would run): whole rows, the
 // loader's packed rows with padding, and unsorted ids, which the tile skipping must not get wrong.
-// The backward at D = 64 runs twice on Hopper: on the wgmma kernels (the default there) and on the
-// mma.sync ones (INGOT_ATTENTION_MMA_SYNC), which every other GPU and D = 128 take.
+// On Hopper every case runs twice: on the wgmma kernels (the default there) and on the mma.sync
+// ones (INGOT_ATTENTION_MMA_SYNC), which every other GPU takes.
 TEST_F(CudaAttention, MmaMatchesCpu) {
   auto check = [&](const Case& c, const Reference& ref, const std::vector<int32_t>& seg) {
-    const bool wgmma = cuda::attention_wgmma_backward_available(gpu, int(c.D));
+    const bool wgmma = cuda::attention_wgmma_available(gpu, int(c.D));
     for (bool force_sync : {false, true}) {
       if (force_sync && !wgmma) continue;
       ScopedMmaSync scoped(force_sync);
       expect_matches_cpu(c, ref, seg, "mma", {"mma"});
-      EXPECT_STREQ(cuda::attention_mma_backward_kernels(), wgmma && !force_sync ? "wgmma" : "mma.sync")
+      EXPECT_STREQ(cuda::attention_mma_kernels(), wgmma && !force_sync ? "wgmma" : "mma.sync")
           << c.describe();
     }
   };
@@ -526,19 +526,20 @@ TEST_F(CudaAttention, Perf) {
     const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
     for (const char* mode : {"kernels", "mma", "mma.sync", "cudnn", "cudnn-fast"}) {
       const bool sync = std::strcmp(mode, "mma.sync") == 0;
-      if (sync && !cuda::attention_wgmma_backward_available(gpu, int(s.D))) continue;  // the "mma" row already
+      if (sync && !cuda::attention_wgmma_available(gpu, int(s.D))) continue;  // the "mma" row already
       ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : sync ? "mma" : mode);
       ScopedMmaSync scoped_sync(sync);
       const bool slow = std::strcmp(mode, "kernels") == 0;
       const double f = median_ms(state_, [&] {
         ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
-      const std::string fwd_path = cuda::attention_last_path();
+      std::string fwd_path = cuda::attention_last_path();
+      if (fwd_path == "mma") fwd_path = cuda::attention_mma_kernels();
       const double b = median_ms(state_, [&] {
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
       }, slow ? 1 : 5, slow ? 3 : 20);
       std::string bwd_path = cuda::attention_last_path();
-      if (bwd_path == "mma") bwd_path = cuda::attention_mma_backward_kernels();
+      if (bwd_path == "mma") bwd_path = cuda::attention_mma_kernels();
       if (!slow) {  // is this backward bitwise reproducible at this size?
         ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
         const auto first = download_bytes(dqkv);
@@ -621,13 +622,13 @@ TEST_F(CudaAttention, PerfPackedRows) {
     const char* mode;
     bool segments;
   };
-  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, mma.sync backward", "mma.sync", true},
+  for (const Run& r : {Run{"packed (default)", nullptr, true}, Run{"packed, mma.sync kernels", "mma.sync", true},
                        Run{"packed, tensor cores alone", "mma", true}, Run{"packed, CUDA-core kernels", "kernels", true},
                        Run{"whole-row causal (default)", nullptr, false}, Run{"whole-row causal, mma", "mma", false},
                        Run{"whole-row causal, mma.sync", "mma.sync", false}}) {
-    // "mma.sync": the run above it with the backward on mma.sync instead of wgmma (Hopper).
+    // "mma.sync": the run above it with the tensor-core kernels on mma.sync instead of wgmma (Hopper).
     const bool sync = r.mode && std::strcmp(r.mode, "mma.sync") == 0;
-    if (sync && !cuda::attention_wgmma_backward_available(gpu, int(D))) continue;
+    if (sync && !cuda::attention_wgmma_available(gpu, int(D))) continue;
     ScopedMode scoped(sync ? (r.segments ? nullptr : "mma") : r.mode);
     ScopedMmaSync scoped_sync(sync);
     const Tensor segments = r.segments ? seg : Tensor{};
@@ -637,7 +638,7 @@ TEST_F(CudaAttention, PerfPackedRows) {
     }, 1, 5);
     const double flops = 3.5 * 4.0 * D * Hq * (r.segments ? packed_pairs : whole_pairs);
     std::string path = cuda::attention_last_path();  // the backward's
-    if (path == "mma") path += std::string(" (") + cuda::attention_mma_backward_kernels() + ")";
+    if (path == "mma") path += std::string(" (") + cuda::attention_mma_kernels() + ")";
     std::printf("| %-29s | %8.3f | %14.1f | %s |\n", r.label, ms, flops / (ms * 1e-3) / 1e12, path.c_str());
   }
 }

@@ -34,11 +34,11 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
 // Whether the forward (or the backward) kernels take this shape on this device: what the entry
 // points check first.
 bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward);
-// The kernels of this thread's last tensor-core backward: "wgmma" (Hopper, D = 64:
-// attention_wgmma_backward.cu) or "mma.sync" (attention_mma_backward.cu); "none" before any.
-const char* attention_mma_backward_kernels();
-// Whether the backward of head dim D would take the wgmma kernels on ctx's device now.
-bool attention_wgmma_backward_available(Context& ctx, int D);
+// The kernels of this thread's last tensor-core call (forward or backward): "wgmma" (Hopper, D = 64 or
+// 128: attention_wgmma_*.cu) or "mma.sync" (attention_mma_*.cu); "none" before any.
+const char* attention_mma_kernels();
+// Whether the tensor-core calls of head dim D take the wgmma kernels on ctx's device now.
+bool attention_wgmma_available(Context& ctx, int D);
 // Scratch bytes the forward takes with segment ids (its tile ranges), after subset.scratch_offset.
 int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T);
 

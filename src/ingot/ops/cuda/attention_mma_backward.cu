@@ -246,14 +246,15 @@ void launch_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float
   INGOT_LAUNCH_CHECK("mma_attention_backward_dq_kernel");
 }
 
-thread_local const char* g_backward_kernels = "none";
+thread_local const char* g_kernels = "none";
 
 }  // namespace
 
-const char* attention_mma_backward_kernels() { return g_backward_kernels; }
+const char* attention_mma_kernels() { return g_kernels; }
+void attention_set_mma_kernels(const char* kernels) { g_kernels = kernels; }
 
-bool attention_wgmma_backward_available(Context& ctx, int D) {
-  return attention_wgmma_backward_takes(state_of(ctx, "attention_backward (tensor cores)"), D);
+bool attention_wgmma_available(Context& ctx, int D) {
+  return attention_wgmma_takes(state_of(ctx, "attention_backward (tensor cores)"), D);
 }
 
 bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse, Tensor qkv,
@@ -279,18 +280,18 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
   attention::attention_delta_kernel<bf16><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
       delta, dout.ptr<bf16>(), out.ptr<bf16>(), s);
   INGOT_LAUNCH_CHECK("attention_delta_kernel");
-  if (attention_wgmma_backward_takes(state, s.D)) {
+  if (attention_wgmma_takes(state, s.D)) {
     attention_wgmma_backward(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
                              ranges, s, scale);
-    g_backward_kernels = "wgmma";
+    attention_set_mma_kernels("wgmma");
   } else if (s.D == 64) {
     launch_backward<64>(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
                         ranges, s, scale);
-    g_backward_kernels = "mma.sync";
+    attention_set_mma_kernels("mma.sync");
   } else {
     launch_backward<128>(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
                          ranges, s, scale);
-    g_backward_kernels = "mma.sync";
+    attention_set_mma_kernels("mma.sync");
   }
   attention_set_last_path("mma");
   return true;

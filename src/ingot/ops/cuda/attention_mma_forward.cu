@@ -10,6 +10,7 @@
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_mma.cuh"
 #include "ingot/ops/cuda/attention_mma.h"
+#include "ingot/ops/cuda/attention_wgmma.cuh"
 
 namespace ingot::cuda {
 
@@ -197,8 +198,14 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
     ranges = reinterpret_cast<uint2*>(scratch + subset.scratch_offset);
     tile_segment_ranges(state, ranges, seg, subset.short_token, s.B, s.T);
   }
-  if (s.D == 64) launch_forward<64>(state, out, lse, qkv, seg, ranges, s, scale);
-  else launch_forward<128>(state, out, lse, qkv, seg, ranges, s, scale);
+  if (attention_wgmma_takes(state, s.D)) {
+    attention_wgmma_forward(state, out.ptr<bf16>(), lse.ptr<float>(), qkv.ptr<bf16>(), seg, ranges, s, scale);
+    attention_set_mma_kernels("wgmma");
+  } else {
+    if (s.D == 64) launch_forward<64>(state, out, lse, qkv, seg, ranges, s, scale);
+    else launch_forward<128>(state, out, lse, qkv, seg, ranges, s, scale);
+    attention_set_mma_kernels("mma.sync");
+  }
   attention_set_last_path("mma");
   return true;
 }

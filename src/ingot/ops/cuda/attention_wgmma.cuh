@@ -1,12 +1,13 @@
-// Hopper (sm_90a) pieces of the tensor-core attention backward (attention_wgmma_backward.cu): the
-// warpgroup MMA (wgmma) and the shared-memory layout it reads. D = 64 or 128.
+// Hopper (sm_90a) pieces of the tensor-core attention (attention_wgmma_forward.cu,
+// attention_wgmma_backward.cu): the warpgroup MMA (wgmma) and the shared-memory layout it reads.
+// D = 64 or 128.
 //
 // Tiles: 64 tokens x D bf16 (one head), stored as D / 64 column halves of 64 tokens x 64 bf16 (128-byte
 // rows, 8 KiB each), 1024-byte aligned, in the 128-byte swizzle of the PTX ISA ("Shared Memory Matrix
 // Layout"): in a half, the 16-byte chunk c of row r sits at byte r * 128 + ((c ^ (r % 8)) * 16). One
 // such tile serves both ways a product reads it:
 //   - K-major (the contraction runs along D): S = Q K^T reads Q and K this way;
-//   - MN-major (the contraction runs along the tokens): dV += P^T dO reads dO this way.
+//   - MN-major (the contraction runs along the tokens): O += P V reads V, dV += P^T dO reads dO this way.
 // Descriptors (64-bit; start address, leading and stride byte offsets, all >> 4; swizzle mode 1
 // in bits 62-63): K-major steps of 16 along D move the start by 32 bytes inside a half (and to the
 // next half after four), 8-row groups are 1024 bytes apart (stride offset), the leading offset is
@@ -153,14 +154,19 @@ __device__ __forceinline__ void stage_tile_async(unsigned char* tile, const bf16
 
 namespace ingot::cuda {
 
-// Whether the wgmma backward takes head dim D on this device: an sm_90 GPU, sm_90a code built
-// (INGOT_CUDA_SM90A, from CMAKE_CUDA_ARCHITECTURES), D = 64 or 128, and INGOT_ATTENTION_MMA_SYNC unset
-// (that variable keeps the mma.sync kernels, for A/B runs).
-bool attention_wgmma_backward_takes(const CudaState& state, int D);
+// Whether the wgmma kernels take head dim D on this device: an sm_90 GPU, sm_90a code built
+// (INGOT_CUDA_SM90A, from CMAKE_CUDA_ARCHITECTURES), D = 64 or 128, and INGOT_ATTENTION_MMA_SYNC
+// unset (that variable keeps the mma.sync kernels, for A/B runs).
+bool attention_wgmma_takes(const CudaState& state, int D);
+// The forward of attention_wgmma_forward.cu (ranges: attention_mma_forward's tile ranges, or null).
+void attention_wgmma_forward(CudaState& state, bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,
+                             const uint2* ranges, const attention::Shape& s, double scale);
 // Steps 2 and 3 of attention_wgmma_backward.cu; delta and the tile ranges (or null) come from
 // attention_mma_backward, which launches this.
 void attention_wgmma_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
                               const bf16* qkv, const int32_t* segment_ids, const uint2* ranges,
                               const attention::Shape& s, double scale);
+// Records the kernels a tensor-core call took, for attention_mma_kernels() (attention_mma.h).
+void attention_set_mma_kernels(const char* kernels);
 
 }  // namespace ingot::cuda

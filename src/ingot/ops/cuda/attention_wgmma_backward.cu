@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     }
   }
 #else
-  __trap();  // launched only where sm_90a code was built (attention_wgmma_backward_takes)
+  __trap();  // launched only where sm_90a code was built (attention_wgmma_takes)
 #endif
 }
 
@@ -306,7 +306,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
 
 }  // namespace
 
-bool attention_wgmma_backward_takes(const CudaState& state, int D) {
+// The backward's shared memory is the larger: it decides for both directions.
+bool attention_wgmma_takes(const CudaState& state, int D) {
 #if defined(INGOT_CUDA_SM90A)
   if (std::getenv("INGOT_ATTENTION_MMA_SYNC") != nullptr) return false;
   if (state.compute_capability != 90 || (D != 64 && D != 128)) return false;
