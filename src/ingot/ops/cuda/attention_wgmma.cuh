@@ -40,13 +40,36 @@ __device__ __forceinline__ uint64_t descriptor(uint32_t addr, uint32_t lbo, uint
   return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |
          (uint64_t(1) << 62);
 }
-// Tile at `tile` read K-major (contraction along D), columns [16 kk, 16 kk + 16).
-__device__ __forceinline__ uint64_t k_major(uint32_t tile, int kk) {
-  return descriptor(tile + uint32_t(kk >> 2) * kHalfBytes + uint32_t(kk & 3) * 32, 16, kAtomBytes);
+// A tile's descriptors, built once: the base (start address at the tile's first byte), then per
+// step a constant added to it. The start-address field is the low 14 bits of (address >> 4) and
+// never carries: shared addresses stay below 256 KiB.
+__device__ __forceinline__ uint64_t k_major_base(uint32_t tile) { return descriptor(tile, 16, kAtomBytes); }
+__device__ __forceinline__ uint64_t mn_major_base(uint32_t tile) { return descriptor(tile, kHalfBytes, kAtomBytes); }
+// Read K-major (contraction along D): columns [16 kk, 16 kk + 16).
+__device__ __forceinline__ uint64_t k_step(uint64_t base, int kk) {
+  return base + uint64_t(((kk >> 2) * kHalfBytes + (kk & 3) * 32) >> 4);
 }
-// Tile at `tile` read MN-major (contraction along its rows), rows [16 kk, 16 kk + 16), all D columns.
-__device__ __forceinline__ uint64_t mn_major(uint32_t tile, int kk) {
-  return descriptor(tile + uint32_t(kk) * 16 * kRowBytes, kHalfBytes, kAtomBytes);
+// Read MN-major (contraction along the tile's rows): rows [16 kk, 16 kk + 16), all D columns.
+__device__ __forceinline__ uint64_t mn_step(uint64_t base, int kk) { return base + uint64_t(kk * 16 * kRowBytes >> 4); }
+// The same descriptor moved to buffer `buf` of a double-buffered pair of tiles of `bytes` each.
+__device__ __forceinline__ uint64_t in_buffer(uint64_t base, int buf, int bytes) {
+  return base + uint64_t(buf * (bytes >> 4));
+}
+
+// 2^x with results below 2^-126 flushed to zero: one MUFU.EX2 (exp2f adds range handling for
+// subnormal results, which an attention probability has no use for).
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Whether query tile qt and key tile kt hold one and the same segment id throughout (ranges over
+// every token, as the backward's): the element mask then matters only on the diagonal and past T.
+__device__ __forceinline__ bool tiles_one_document(const uint2* ranges, int qt, int kt) {
+  if (!ranges) return false;
+  const uint2 q = ranges[qt], k = ranges[kt];
+  return q.x == q.y && k.x == k.y && q.x == k.x;
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

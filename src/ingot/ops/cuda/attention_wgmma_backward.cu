@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
   fetch_queries(hh, qt, 0);
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows: r_lo and r_lo + 8
-  const uint32_t k_tile = smem_u32(Ks), v_tile = smem_u32(Vs);
+  const uint64_t k_desc = k_major_base(smem_u32(Ks)), v_desc = k_major_base(smem_u32(Vs));
+  const uint64_t q_k_desc0 = k_major_base(smem_u32(Q_buf)), do_k_desc0 = k_major_base(smem_u32(dO_buf));
+  const uint64_t q_mn_desc0 = mn_major_base(smem_u32(Q_buf)), do_mn_desc0 = mn_major_base(smem_u32(dO_buf));
   float dk[D / 8][4], dv[D / 8][4], pt[8][4], dst[8][4];  // pt: S^T then P^T; dst: dP^T then dS^T (64 keys x 64 queries)
   zero(dk);
   zero(dv);
@@ -112,7 +114,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     fence_async_shared();
     __syncthreads();  // item (hh, qt) (and K, V) visible to every warp and to the tensor cores
     const int q0 = qt * kTile;
-    const uint32_t q_tile = smem_u32(Q_buf + buf * kTileBytes), do_tile = smem_u32(dO_buf + buf * kTileBytes);
+    const uint64_t q_k = in_buffer(q_k_desc0, buf, kTileBytes), do_k = in_buffer(do_k_desc0, buf, kTileBytes);
+    const uint64_t q_mn = in_buffer(q_mn_desc0, buf, kTileBytes), do_mn = in_buffer(do_mn_desc0, buf, kTileBytes);
     const float* lse_s = lse_buf + buf * kTile;
     const float* delta_s = delta_buf + buf * kTile;
     const int* seg_q = seg_q_buf + buf * kTile;
@@ -121,20 +124,20 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     // dP^T is in flight, dS^T while dV is.
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_major(k_tile, kk), k_major(q_tile, kk), kk);  // S^T = K Q^T
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_step(k_desc, kk), k_step(q_k, kk), kk);  // S^T = K Q^T
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(dst, k_major(v_tile, kk), k_major(do_tile, kk), kk);  // dP^T = V dO^T
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(dst, k_step(v_desc, kk), k_step(do_k, kk), kk);  // dP^T = V dO^T
     wgmma_commit();
     wgmma_wait<1>();  // S^T
 
-    const bool masked = seg_row || qt == kt || q0 + kTile > T;
+    const bool masked = (seg_row && !tiles_one_document(ranges, qt, kt)) || qt == kt || q0 + kTile > T;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
+        float p = exp2_ftz(pt[nt][e] * scale_log2 - lse_s[qc]);
         if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
         pt[nt][e] = p;
       }
@@ -143,7 +146,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     for (int kk = 0; kk < kTile / 16; ++kk) {  // dV += P^T dO
       uint32_t a[4];
       a_fragment(a, pt, kk);
-      wgmma_rs(dv, a, mn_major(do_tile, kk));
+      wgmma_rs(dv, a, mn_step(do_mn, kk));
     }
     wgmma_commit();
     wgmma_wait<1>();  // dP^T (dV may still run)
@@ -156,7 +159,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     for (int kk = 0; kk < kTile / 16; ++kk) {  // dK += dS^T Q
       uint32_t a[4];
       a_fragment(a, dst, kk);
-      wgmma_rs(dk, a, mn_major(q_tile, kk));
+      wgmma_rs(dk, a, mn_step(q_mn, kk));
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -231,7 +234,9 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     row_lse[r] = i < T ? lse[at] * attention::kLog2e : 0.f;
     row_delta[r] = i < T ? delta[at] : 0.f;
   }
-  const uint32_t q_tile = smem_u32(Qs), do_tile = smem_u32(dOs);
+  const uint64_t q_desc = k_major_base(smem_u32(Qs)), do_desc = k_major_base(smem_u32(dOs));
+  const uint64_t k_k_desc0 = k_major_base(smem_u32(K_buf)), v_k_desc0 = k_major_base(smem_u32(V_buf));
+  const uint64_t k_mn_desc0 = mn_major_base(smem_u32(K_buf));
   float dq[D / 8][4], p[8][4], ds[8][4];  // p: S then P; ds: dP then dS (64 queries x 64 keys)
   zero(dq);
   zero(p);
@@ -248,26 +253,27 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     fence_async_shared();
     __syncthreads();  // tile kt (and Q, dO) visible to every warp and to the tensor cores
     const int k0 = kt * kTile;
-    const uint32_t k_tile = smem_u32(K_buf + buf * kTileBytes), v_tile = smem_u32(V_buf + buf * kTileBytes);
+    const uint64_t k_k = in_buffer(k_k_desc0, buf, kTileBytes), v_k = in_buffer(v_k_desc0, buf, kTileBytes);
+    const uint64_t k_mn = in_buffer(k_mn_desc0, buf, kTileBytes);
     const int* seg_k = seg_k_buf + buf * kTile;
 
     // P is computed while dP is in flight.
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(p, k_major(q_tile, kk), k_major(k_tile, kk), kk);    // S = Q K^T
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(p, k_step(q_desc, kk), k_step(k_k, kk), kk);    // S = Q K^T
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(ds, k_major(do_tile, kk), k_major(v_tile, kk), kk);  // dP = dO V^T
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(ds, k_step(do_desc, kk), k_step(v_k, kk), kk);  // dP = dO V^T
     wgmma_commit();
     wgmma_wait<1>();  // S
 
-    const bool masked = seg_row || kt == qt || k0 + kTile > T;
+    const bool masked = (seg_row && !tiles_one_document(ranges, qt, kt)) || kt == qt || q0 + kTile > T;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float pv = exp2f(p[nt][e] * scale_log2 - row_lse[e >> 1]);
+        float pv = exp2_ftz(p[nt][e] * scale_log2 - row_lse[e >> 1]);
         if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
         p[nt][e] = pv;
       }
@@ -282,7 +288,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     for (int kk = 0; kk < kTile / 16; ++kk) {  // dQ += dS K
       uint32_t a[4];
       a_fragment(a, ds, kk);
-      wgmma_rs(dq, a, mn_major(k_tile, kk));
+      wgmma_rs(dq, a, mn_step(k_mn, kk));
     }
     wgmma_commit();
     wgmma_wait<0>();

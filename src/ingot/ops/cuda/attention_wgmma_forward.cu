@@ -66,7 +66,8 @@ __global__ void __launch_bounds__(kThreads)
 
   // This lane's query rows within the tile: r_lo (accumulator entries 0, 1) and r_lo + 8 (2, 3).
   const int r_lo = warp * 16 + (lane >> 2);
-  const uint32_t q_tile = smem_u32(Qs);
+  const uint64_t q_desc = k_major_base(smem_u32(Qs));
+  const uint64_t k_desc0 = k_major_base(smem_u32(K_buf)), v_desc0 = mn_major_base(smem_u32(V_buf));
   float o[D / 8][4], sc[8][4];  // sc: scores, then P, of rows r_lo, r_lo + 8 against the tile's 64 keys
   zero(o);
   zero(sc);
@@ -84,12 +85,12 @@ __global__ void __launch_bounds__(kThreads)
     fence_async_shared();
     __syncthreads();  // tile kt (and Q) visible to every warp and to the tensor cores
     const int k0 = kt * kTile;
-    const uint32_t k_tile = smem_u32(K_buf + buf * kTileBytes), v_tile = smem_u32(V_buf + buf * kTileBytes);
+    const uint64_t k_desc = in_buffer(k_desc0, buf, kTileBytes), v_desc = in_buffer(v_desc0, buf, kTileBytes);
     const int* seg_k = seg_k_buf + buf * kTile;
 
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(sc, k_major(q_tile, kk), k_major(k_tile, kk), kk);  // S = Q K^T
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(sc, k_step(q_desc, kk), k_step(k_desc, kk), kk);  // S = Q K^T
     wgmma_commit();
     wgmma_wait<0>();
 
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kThreads)
       tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
       const float m_new = fmaxf(m[r], tile_max[r]);
       base[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key so far: exp2(-inf) = 0
-      const float alpha = exp2f(m[r] - base[r]);
+      const float alpha = exp2_ftz(m[r] - base[r]);
       m[r] = m_new;
       l[r] *= alpha;
 #pragma unroll
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(sc[nt][e] - base[e >> 1]);
+        const float p = exp2_ftz(sc[nt][e] - base[e >> 1]);
         sc[nt][e] = p;
         l[e >> 1] += p;
       }
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int kk = 0; kk < kTile / 16; ++kk) {  // O += P V
       uint32_t a[4];
       a_fragment(a, sc, kk);
-      wgmma_rs(o, a, mn_major(v_tile, kk));
+      wgmma_rs(o, a, mn_step(v_desc, kk));
     }
     wgmma_commit();
     wgmma_wait<0>();
