@@ -21,6 +21,8 @@
 // as uint32) do not overlap. That is exact for any ids; for the loader's packed rows (ids 0, 1,
 // 2, ... then -1 padding) it leaves only the tile pairs that share a document (or the padding).
 #pragma once
+#include <cmath>
+
 #include "ingot/ops/cuda/attention_common.cuh"
 
 namespace ingot::cuda::attention_mma {
@@ -147,6 +149,109 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
   for (int i = 0; i < N; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[i][e] = 0.f;
+}
+
+// ---- per-tile softmax and row stores, shared with the wgmma kernels (attention_wgmma.cuh) --------
+// Both families hold a warp's 16 rows of an accumulator the same way: this lane has rows r_lo
+// (entries 0, 1) and r_lo + 8 (entries 2, 3) of each 8-column block.
+
+// The forward's online softmax over one 64-key tile (log2 domain). sc: this warp's raw scores in,
+// P out (f32); o, m, l: the output rows, running maxima and this lane's share of the row sums,
+// rescaled to the new maxima. exp2_fn: exp2f (mma.sync) or exp2_ftz (wgmma).
+template <int D, typename Exp2>
+__device__ __forceinline__ void online_softmax_tile(float (&sc)[kTile / 8][4], float (&o)[D / 8][4], float (&m)[2],
+                                                    float (&l)[2], bool masked, int q0, int k0, int T,
+                                                    const int* seg_q, const int* seg_k, int r_lo, float scale_log2,
+                                                    Exp2 exp2_fn) {
+  const int lane = threadIdx.x & 31;
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+      float x = sc[nt][e] * scale_log2;
+      if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) x = -INFINITY;
+      sc[nt][e] = x;
+      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+    }
+  float base[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float m_new = fmaxf(m[r], tile_max[r]);
+    base[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key so far: exp2(-inf) = 0
+    const float alpha = exp2_fn(m[r] - base[r]);
+    m[r] = m_new;
+    l[r] *= alpha;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      o[dt][2 * r] *= alpha;
+      o[dt][2 * r + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < kTile / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = exp2_fn(sc[nt][e] - base[e >> 1]);
+      sc[nt][e] = p;
+      l[e >> 1] += p;
+    }
+}
+
+// Row r (0: r_lo, 1: r_lo + 8) of acc (16 x D), times `scale`, as bf16 at dst (the row's first element).
+template <int D>
+__device__ __forceinline__ void store_row(bf16* dst, const float (&acc)[D / 8][4], int r, float scale) {
+  dst += 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+    *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack_bf16x2(acc[dt][2 * r] * scale, acc[dt][2 * r + 1] * scale);
+}
+
+// The forward's end for this lane's rows of query tile q0 of head h, row b: the quad's row sums
+// added, out = O / l (bf16), lse = natural-log row logsumexp (-inf for a row that attends to nothing).
+template <int D>
+__device__ __forceinline__ void store_forward_rows(bf16* out, float* lse, const float (&o)[D / 8][4], const float (&m)[2],
+                                                   float (&l)[2], const attention::Shape& s, int b, int h, int q0,
+                                                   int r_lo) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int i = q0 + r_lo + 8 * r;
+    if (i >= s.T) continue;
+    store_row<D>(out + (int64_t(b) * s.T + i) * s.Hq * D + int64_t(h) * D, o, r, l[r] > 0.f ? 1.f / l[r] : 0.f);
+    if ((threadIdx.x & 3) == 0)
+      lse[(int64_t(b) * s.Hq + h) * s.T + i] = l[r] > 0.f ? (m[r] + log2f(l[r])) * attention::kLn2 : -INFINITY;
+  }
+}
+
+// The dK/dV kernel's end: this lane's rows of key tile k0 of kv head g, row b, into dqkv (B,T,Htot,D):
+// dK = scale * dk, dV = dv.
+template <int D>
+__device__ __forceinline__ void store_key_rows(bf16* dqkv, const float (&dk)[D / 8][4], const float (&dv)[D / 8][4],
+                                               const attention::Shape& s, int b, int g, int k0, int r_lo, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = k0 + r_lo + 8 * r;
+    if (j >= s.T) continue;
+    bf16* dk_row = dqkv + (int64_t(b) * s.T + j) * s.Htot() * D + int64_t(s.Hq + g) * D;
+    store_row<D>(dk_row, dk, r, scale);
+    store_row<D>(dk_row + int64_t(s.Hkv) * D, dv, r, 1.f);
+  }
+}
+
+// The dQ kernel's end: this lane's rows of query tile q0 of head h, row b: dQ = scale * dq.
+template <int D>
+__device__ __forceinline__ void store_query_rows(bf16* dqkv, const float (&dq)[D / 8][4], const attention::Shape& s,
+                                                 int b, int h, int q0, int r_lo, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    if (i < s.T) store_row<D>(dqkv + (int64_t(b) * s.T + i) * s.Htot() * D + int64_t(h) * D, dq, r, scale);
+  }
 }
 
 // ---- staging ------------------------------------------------------------------------------------

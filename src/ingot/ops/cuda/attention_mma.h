@@ -1,8 +1,9 @@
 // Tensor-core flash attention (mma.sync, bf16 in, f32 accumulate) for the causal GQA attention op
 // (ops.h contract): the path for what cuDNN does not take, above all packed batches (segment ids),
 // where it skips every (query tile, key tile) pair whose documents cannot meet. Plain C++ (no CUDA
-// headers). Kernels and layout: attention_mma.cuh; on an H100/H200 the same kernels on wgmma
-// (attention_wgmma.cuh) take every call this path takes, unless INGOT_ATTENTION_MMA_SYNC is set.
+// headers). Kernels and layout: attention_mma.cuh; on an H100/H200 running sm_90a code the same
+// kernels on wgmma (attention_wgmma.cuh) take every call this path takes, unless
+// INGOT_ATTENTION_MMA_SYNC is set.
 //
 // Dispatch (per call, after cuDNN has declined): bf16 qkv/out/dout, D = 64 or 128, 16-byte
 // aligned pointers, tiles that fit the device's shared memory per block (the D = 128 backward

@@ -132,18 +132,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     qt = next_qt;
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = k0 + r_lo + 8 * r;
-    if (j >= T) continue;
-    bf16* dk_row = dqkv + (int64_t(b) * T + j) * row_stride + int64_t(s.Hq + g) * D + 2 * (lane & 3);
-    bf16* dv_row = dk_row + int64_t(s.Hkv) * D;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) = pack_bf16x2(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = pack_bf16x2(dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
-  }
+  store_key_rows<D>(dqkv, dk, dv, s, b, g, k0, r_lo, scale);
 }
 
 template <int D>
@@ -216,15 +205,7 @@ __global__ void __launch_bounds__(kThreads)
     kt = next;
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = q0 + r_lo + 8 * r;
-    if (i >= T) continue;
-    bf16* dq_row = dqkv + (int64_t(b) * T + i) * row_stride + int64_t(h) * D + 2 * (lane & 3);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(dq_row + dt * 8) = pack_bf16x2(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-  }
+  store_query_rows<D>(dqkv, dq, s, b, h, q0, r_lo, scale);
 }
 
 template <int D>

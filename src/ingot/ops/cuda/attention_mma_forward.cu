@@ -97,60 +97,14 @@ __global__ void __launch_bounds__(kThreads)
     mma_a_bt<D, kTile / 8>(sc, Qs, warp * 16, Ks, 0, kS);
 
     const bool masked = seg_row || kt == qt || k0 + kTile > T;
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float x = sc[nt][e] * scale_log2;
-        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) x = -INFINITY;
-        sc[nt][e] = x;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
-      }
-    float base[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      base[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key so far: exp2(-inf) = 0
-      const float alpha = exp2f(m[r] - base[r]);
-      m[r] = m_new;
-      l[r] *= alpha;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt) {
-        o[dt][2 * r] *= alpha;
-        o[dt][2 * r + 1] *= alpha;
-      }
-    }
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(sc[nt][e] - base[e >> 1]);
-        sc[nt][e] = p;
-        l[e >> 1] += p;
-      }
+    online_softmax_tile<D>(sc, o, m, l, masked, q0, k0, T, seg_q, seg_k, r_lo, scale_log2,
+                           [](float x) { return exp2f(x); });
     mma_c_b<D, kTile / 8>(o, sc, Vs, 0, kS);
     __syncthreads();  // every warp is done with this buffer before it is refilled
     kt = next;
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    const int i = q0 + r_lo + 8 * r;
-    if (i >= T) continue;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-    bf16* dst = out + (int64_t(b) * T + i) * s.Hq * D + int64_t(h) * D + 2 * (lane & 3);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(dst + dt * 8) = pack_bf16x2(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-    if ((lane & 3) == 0)
-      lse[(int64_t(b) * s.Hq + h) * T + i] = l[r] > 0.f ? (m[r] + log2f(l[r])) * attention::kLn2 : -INFINITY;
-  }
+  store_forward_rows<D>(out, lse, o, m, l, s, b, h, q0, r_lo);
 }
 
 template <int D>

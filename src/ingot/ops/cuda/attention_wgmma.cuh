@@ -159,6 +159,20 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&d)[8]
   a[3] = pack_bf16x2(d[2 * kk + 1][2], d[2 * kk + 1][3]);
 }
 
+// acc (64 x N) += P B for one 64-token tile: P (64 x 64) an accumulator, rounded to bf16 here, B the
+// tile's rows MN-major from descriptor b. All four A fragments are packed before the fence, so no
+// register the tensor cores read is written after it. Commits the group (the caller waits).
+template <int NT>
+__device__ __forceinline__ void wgmma_rs_tile(float (&acc)[NT][4], const float (&p)[8][4], uint64_t b) {
+  uint32_t a[kTile / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) a_fragment(a[kk], p, kk);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTile / 16; ++kk) wgmma_rs(acc, a[kk], mn_step(b, kk));
+  wgmma_commit();
+}
+
 // Token rows [row0, row0 + kTile) of one head (D bf16 at `base`, tokens `row_stride` apart) -> the
 // swizzled tile at `tile`, as cp.async copies of this thread's share; rows at or past T are zero.
 template <int D>
@@ -177,9 +191,12 @@ __device__ __forceinline__ void stage_tile_async(unsigned char* tile, const bf16
 
 namespace ingot::cuda {
 
-// Whether the wgmma kernels take head dim D on this device: an sm_90 GPU, sm_90a code built
-// (INGOT_CUDA_SM90A, from CMAKE_CUDA_ARCHITECTURES), D = 64 or 128, and INGOT_ATTENTION_MMA_SYNC
-// unset (that variable keeps the mma.sync kernels, for A/B runs).
+// Whether the driver loaded sm_90a code (with wgmma) for these kernels on this device: a one-block
+// probe, run once when the CUDA state is created (CudaState::wgmma_code). False on any other GPU
+// or where CMAKE_CUDA_ARCHITECTURES built no sm_90a code; then the kernels are never launched.
+bool attention_wgmma_code_loaded(cudaStream_t stream);
+// Whether the wgmma kernels take head dim D: sm_90a code loaded, D = 64 or 128, and
+// INGOT_ATTENTION_MMA_SYNC unset (that variable keeps the mma.sync kernels, for A/B runs).
 bool attention_wgmma_takes(const CudaState& state, int D);
 // The forward of attention_wgmma_forward.cu (ranges: attention_mma_forward's tile ranges, or null).
 void attention_wgmma_forward(CudaState& state, bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,

@@ -24,11 +24,13 @@ using attention_mma::cp_async_commit;
 using attention_mma::cp_async_wait;
 using attention_mma::next_meeting;
 using attention_mma::stage_ids;
+using attention_mma::store_key_rows;
+using attention_mma::store_query_rows;
 using attention_mma::zero;
 
 // Both kernels: six tiles (two kept, two streamed double-buffered), lse and delta of the streamed
 // query rows double-buffered (dK/dV kernel), segment ids of the kept rows and both streamed
-// buffers, and 1 KiB to align the tiles to the swizzle's 1024 bytes. 51 KiB at D = 64, 99 at 128.
+// buffers, and 1 KiB to align the tiles to the swizzle's 1024 bytes: about 51 KiB at D = 64, 99 at 128.
 template <int D>
 constexpr size_t smem_bytes() {
   return 6 * size_t(tile_bytes<D>()) + 4 * kTile * sizeof(float) + 3 * kTile * sizeof(int) + 1024;
@@ -38,9 +40,10 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
   return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
 }
 
-// As mma_attention_backward_dkdv_kernel. Resident blocks an SM: at D = 64, 3 (the registers cap at
-// 168, and ptxas serialises some wgmmas for it) measured faster than 2 (174 registers, none
-// serialised): 2.33 against 2.60 ms alone at Llama-3.2-1B's heads; at D = 128, the tiles allow 2.
+// As mma_attention_backward_dkdv_kernel. Resident blocks an SM: at D = 64, 3 (registers capped at
+// 168: ptxas serialises some wgmmas and spills a few bytes for it) measured faster than 2 (none
+// serialised): 2.33 against 2.60 ms for this kernel alone at Llama-3.2-1B's heads; at D = 128, the
+// tiles allow 2.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     wgmma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
@@ -141,51 +144,26 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
         if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
         pt[nt][e] = p;
       }
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {  // dV += P^T dO
-      uint32_t a[4];
-      a_fragment(a, pt, kk);
-      wgmma_rs(dv, a, mn_step(do_mn, kk));
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // dP^T (dV may still run)
+    wgmma_rs_tile(dv, pt, do_mn);  // dV += P^T dO
+    wgmma_wait<1>();               // dP^T (dV may still run)
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_s[nt * 8 + 2 * (lane & 3) + (e & 1)]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {  // dK += dS^T Q
-      uint32_t a[4];
-      a_fragment(a, dst, kk);
-      wgmma_rs(dk, a, mn_step(q_mn, kk));
-    }
-    wgmma_commit();
+    wgmma_rs_tile(dk, dst, q_mn);  // dK += dS^T Q
     wgmma_wait<0>();
     __syncthreads();  // every warp is done with this buffer before it is refilled
     hh = next_hh;
     qt = next_qt;
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int j = k0 + r_lo + 8 * r;
-    if (j >= T) continue;
-    bf16* dk_row = dqkv + (int64_t(b) * T + j) * row_stride + int64_t(s.Hq + g) * D + 2 * (lane & 3);
-    bf16* dv_row = dk_row + int64_t(s.Hkv) * D;
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt) {
-      *reinterpret_cast<uint32_t*>(dk_row + dt * 8) = pack_bf16x2(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(dv_row + dt * 8) = pack_bf16x2(dv[dt][2 * r], dv[dt][2 * r + 1]);
-    }
-  }
+  store_key_rows<D>(dqkv, dk, dv, s, b, g, k0, r_lo, scale);
 #else
-  __trap();  // launched only where sm_90a code was built (attention_wgmma_takes)
+  __trap();  // launched only where sm_90a code was loaded (attention_wgmma_takes)
 #endif
 }
 
-// As mma_attention_backward_dq_kernel.
+// As mma_attention_backward_dq_kernel. At D = 64, 4 blocks an SM (128 registers, a few bytes spilled).
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     wgmma_attention_backward_dq_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
@@ -283,28 +261,13 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
 #pragma unroll
       for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - row_delta[e >> 1]);
 
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) {  // dQ += dS K
-      uint32_t a[4];
-      a_fragment(a, ds, kk);
-      wgmma_rs(dq, a, mn_step(k_mn, kk));
-    }
-    wgmma_commit();
+    wgmma_rs_tile(dq, ds, k_mn);  // dQ += dS K
     wgmma_wait<0>();
     __syncthreads();  // every warp is done with this buffer before it is refilled
     kt = next;
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = q0 + r_lo + 8 * r;
-    if (i >= T) continue;
-    bf16* dq_row = dqkv + (int64_t(b) * T + i) * row_stride + int64_t(h) * D + 2 * (lane & 3);
-#pragma unroll
-    for (int dt = 0; dt < D / 8; ++dt)
-      *reinterpret_cast<uint32_t*>(dq_row + dt * 8) = pack_bf16x2(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
-  }
+  store_query_rows<D>(dqkv, dq, s, b, h, q0, r_lo, scale);
 #else
   __trap();
 #endif
@@ -312,17 +275,36 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
 
 }  // namespace
 
+namespace {
+
+// Writes 1 where the code the driver loaded for this module is sm_90a's (with wgmma), else 0.
+__global__ void wgmma_code_probe_kernel(int* loaded) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  *loaded = 1;
+#else
+  *loaded = 0;
+#endif
+}
+
+}  // namespace
+
+bool attention_wgmma_code_loaded(cudaStream_t stream) {
+  int* flag = nullptr;
+  INGOT_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
+  wgmma_code_probe_kernel<<<1, 1, 0, stream>>>(flag);
+  INGOT_LAUNCH_CHECK("wgmma_code_probe_kernel");
+  int loaded = 0;
+  INGOT_CUDA_CHECK(cudaMemcpyAsync(&loaded, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  INGOT_CUDA_CHECK(cudaStreamSynchronize(stream));
+  INGOT_CUDA_CHECK(cudaFree(flag));
+  return loaded == 1;
+}
+
 // The backward's shared memory is the larger: it decides for both directions.
 bool attention_wgmma_takes(const CudaState& state, int D) {
-#if defined(INGOT_CUDA_SM90A)
+  if (!state.wgmma_code || (D != 64 && D != 128)) return false;
   if (std::getenv("INGOT_ATTENTION_MMA_SYNC") != nullptr) return false;
-  if (state.compute_capability != 90 || (D != 64 && D != 128)) return false;
   return int64_t(D == 64 ? smem_bytes<64>() : smem_bytes<128>()) <= state.max_smem_per_block;
-#else
-  (void)state;
-  (void)D;
-  return false;
-#endif
 }
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ingot/ops/cuda/attention_wgmma.cuh"
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/device.h"
 
@@ -58,6 +59,7 @@ CudaState* create_state(int device_index) {
     state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
     state->compute_capability = prop.major * 10 + prop.minor;
     INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
+    state->wgmma_code = state->compute_capability == 90 && attention_wgmma_code_loaded(state->stream);
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kCublasLtWorkspaceBytes);
     state->workspace_bytes = kCublasLtWorkspaceBytes;
