@@ -287,6 +287,31 @@ __device__ __forceinline__ void stage_ids(int* ids, const int32_t* seg_row, int 
   for (int r = threadIdx.x; r < kTile; r += kThreads) ids[r] = seg_row && row0 + r < T ? seg_row[row0 + r] : 0;
 }
 
+// lse (log2 domain) and delta of query rows [q0, q0 + kTile) of one head (lse_h, delta_h: its (T)
+// rows) into lse_s, delta_s; 0 past T. The dK/dV kernels stage them with each query tile.
+__device__ __forceinline__ void stage_row_stats(float* lse_s, float* delta_s, const float* lse_h,
+                                                const float* delta_h, int q0, int T) {
+  for (int r = threadIdx.x; r < kTile; r += kThreads) {
+    const bool in = q0 + r < T;
+    lse_s[r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
+    delta_s[r] = in ? delta_h[q0 + r] : 0.f;
+  }
+}
+
+// The same for this lane's two query rows (r_lo, r_lo + 8) of query tile q0 of head h, row b, into
+// registers: the dQ kernels keep their rows' stats for the whole block.
+__device__ __forceinline__ void load_row_stats(float (&row_lse)[2], float (&row_delta)[2], const float* lse,
+                                               const float* delta, const attention::Shape& s, int b, int h, int q0,
+                                               int r_lo) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = q0 + r_lo + 8 * r;
+    const int64_t at = (int64_t(b) * s.Hq + h) * s.T + i;
+    row_lse[r] = i < s.T ? lse[at] * attention::kLog2e : 0.f;
+    row_delta[r] = i < s.T ? delta[at] : 0.f;
+  }
+}
+
 // Whether query tile qt and key tile kt of one row can share a segment id (ranges: that row's
 // (min, max) per tile, or null without segments).
 __device__ __forceinline__ bool tiles_meet(const uint2* ranges, int qt, int kt) {
@@ -302,11 +327,23 @@ __device__ __forceinline__ int next_meeting(const uint2* ranges, int other, int 
   return t;
 }
 
-// The K and V tiles (with their segment ids) that meet query tile qt, streamed through two
-// buffers: the forward and dQ kernels share it. Buffers: K, V [2][kTile * (D + 8)] bf16, ids
-// [2][kTile]. Usage: kt = start(); then per tile next = wait_and_prefetch(kt, buf), compute on
-// buffer buf, __syncthreads(), kt = next and buf ^= 1, while kt <= qt.
+// How the mma.sync kernels stage a tile: rows of D + 8 bf16 (stage_tile_async), read with ldmatrix
+// through the generic proxy, so the barrier alone publishes them. The wgmma kernels' swizzled
+// layout (attention_wgmma.cuh, SwizzledTiles) is the other.
 template <int D>
+struct PaddedTiles {
+  static constexpr int kElems = kTile * tile_stride<D>();  // bf16 elements a tile takes
+  static __device__ __forceinline__ void stage(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
+    stage_tile_async<D>(tile, base, row_stride, row0, T);
+  }
+  static __device__ __forceinline__ void publish() {}  // before the barrier that publishes a tile
+};
+
+// The K and V tiles (with their segment ids) that meet query tile qt, streamed through two
+// buffers: the forward and dQ kernels of both families share it. Buffers: K, V [2][Tiles::kElems]
+// bf16, ids [2][kTile]. Usage: kt = start(); then per tile next = wait_and_prefetch(kt, buf),
+// compute on buffer buf, __syncthreads(), kt = next and buf ^= 1, while kt <= qt.
+template <int D, class Tiles = PaddedTiles<D>>
 struct KeyTileStream {
   bf16* K_buf;
   bf16* V_buf;
@@ -321,8 +358,8 @@ struct KeyTileStream {
 
   // Starts the copies of key tile kt into buffer buf, as one cp.async group.
   __device__ __forceinline__ void fetch(int kt, int buf) const {
-    stage_tile_async<D>(K(buf), k_head, row_stride, kt * kTile, T);
-    stage_tile_async<D>(V(buf), v_head, row_stride, kt * kTile, T);
+    Tiles::stage(K(buf), k_head, row_stride, kt * kTile, T);
+    Tiles::stage(V(buf), v_head, row_stride, kt * kTile, T);
     stage_ids(ids_buf + buf * kTile, seg_row, kt * kTile, T);
     cp_async_commit();
   }
@@ -333,7 +370,8 @@ struct KeyTileStream {
     return kt;
   }
   // Starts the next key tile that meets the query tile into the other buffer, then waits until
-  // tile kt (in buffer buf, with whatever was committed alongside it) is visible to every warp.
+  // tile kt (in buffer buf, with whatever was committed alongside it) is visible to every warp
+  // (and, for Tiles that need it, to the tensor cores).
   // Returns the next tile, qt + 1 when there is none; the same for the whole block.
   __device__ __forceinline__ int wait_and_prefetch(int kt, int buf) const {
     const int next = next_meeting(ranges, qt, kt, qt);
@@ -343,11 +381,12 @@ struct KeyTileStream {
     } else {
       cp_async_wait<0>();
     }
+    Tiles::publish();
     __syncthreads();
     return next;
   }
-  __device__ __forceinline__ bf16* K(int buf) const { return K_buf + buf * kTile * tile_stride<D>(); }
-  __device__ __forceinline__ bf16* V(int buf) const { return V_buf + buf * kTile * tile_stride<D>(); }
+  __device__ __forceinline__ bf16* K(int buf) const { return K_buf + buf * Tiles::kElems; }
+  __device__ __forceinline__ bf16* V(int buf) const { return V_buf + buf * Tiles::kElems; }
   __device__ __forceinline__ const int* ids(int buf) const { return ids_buf + buf * kTile; }
 };
 

@@ -65,13 +65,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
     const int h = g * group + hh, q0 = qt * kTile;
     stage_tile_async<D>(Q_buf + buf * kTile * kS, batch + int64_t(h) * D, row_stride, q0, T);
     stage_tile_async<D>(dO_buf + buf * kTile * kS, dout_batch + int64_t(h) * D, dout_stride, q0, T);
-    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
-    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      const bool in = q0 + r < T;
-      lse_buf[buf * kTile + r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
-      delta_buf[buf * kTile + r] = in ? delta_h[q0 + r] : 0.f;
-    }
+    stage_row_stats(lse_buf + buf * kTile, delta_buf + buf * kTile, lse + (int64_t(b) * s.Hq + h) * T,
+                    delta + (int64_t(b) * s.Hq + h) * T, q0, T);
     stage_ids(seg_q_buf + buf * kTile, seg_row, q0, T);
     cp_async_commit();
   };
@@ -168,13 +163,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
   float row_lse[2], row_delta[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = q0 + r_lo + 8 * r;
-    const int64_t at = (int64_t(b) * s.Hq + h) * T + i;
-    row_lse[r] = i < T ? lse[at] * attention::kLog2e : 0.f;
-    row_delta[r] = i < T ? delta[at] : 0.f;
-  }
+  load_row_stats(row_lse, row_delta, lse, delta, s, b, h, q0, r_lo);
   float dq[D / 8][4];
   zero(dq);
 

@@ -187,6 +187,17 @@ __device__ __forceinline__ void stage_tile_async(unsigned char* tile, const bf16
   }
 }
 
+// The swizzled layout as a KeyTileStream policy (attention_mma.cuh): tiles of tile_bytes<D>() that
+// the tensor cores read, so each thread fences its cp.async writes before the publishing barrier.
+template <int D>
+struct SwizzledTiles {
+  static constexpr int kElems = kTile * D;  // bf16 elements a tile takes
+  static __device__ __forceinline__ void stage(bf16* tile, const bf16* base, int64_t row_stride, int row0, int T) {
+    stage_tile_async<D>(reinterpret_cast<unsigned char*>(tile), base, row_stride, row0, T);
+  }
+  static __device__ __forceinline__ void publish() { fence_async_shared(); }
+};
+
 }  // namespace ingot::cuda::attention_wgmma
 
 namespace ingot::cuda {

@@ -22,8 +22,11 @@ using namespace attention_wgmma;
 using attention::Shape;
 using attention_mma::cp_async_commit;
 using attention_mma::cp_async_wait;
+using attention_mma::KeyTileStream;
 using attention_mma::next_meeting;
+using attention_mma::load_row_stats;
 using attention_mma::stage_ids;
+using attention_mma::stage_row_stats;
 using attention_mma::store_key_rows;
 using attention_mma::store_query_rows;
 using attention_mma::zero;
@@ -76,13 +79,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     const int h = g * group + hh, q0 = qt * kTile;
     stage_tile_async<D>(Q_buf + buf * kTileBytes, batch + int64_t(h) * D, row_stride, q0, T);
     stage_tile_async<D>(dO_buf + buf * kTileBytes, dout_batch + int64_t(h) * D, dout_stride, q0, T);
-    const float* lse_h = lse + (int64_t(b) * s.Hq + h) * T;
-    const float* delta_h = delta + (int64_t(b) * s.Hq + h) * T;
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      const bool in = q0 + r < T;
-      lse_buf[buf * kTile + r] = in ? lse_h[q0 + r] * attention::kLog2e : 0.f;
-      delta_buf[buf * kTile + r] = in ? delta_h[q0 + r] : 0.f;
-    }
+    stage_row_stats(lse_buf + buf * kTile, delta_buf + buf * kTile, lse + (int64_t(b) * s.Hq + h) * T,
+                    delta + (int64_t(b) * s.Hq + h) * T, q0, T);
     stage_ids(seg_q_buf + buf * kTile, seg_row, q0, T);
     cp_async_commit();
   };
@@ -188,30 +186,19 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
   const bf16* batch = qkv + int64_t(b) * T * row_stride;
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
-  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
-  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
+  const KeyTileStream<D, SwizzledTiles<D>> keys{reinterpret_cast<bf16*>(K_buf), reinterpret_cast<bf16*>(V_buf),
+                                                 seg_k_buf, batch + int64_t(s.Hq + g) * D,
+                                                 batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T,
+                                                 ranges, qt};
 
-  auto fetch_keys = [&](int kt, int buf) {
-    stage_tile_async<D>(K_buf + buf * kTileBytes, k_head, row_stride, kt * kTile, T);
-    stage_tile_async<D>(V_buf + buf * kTileBytes, v_head, row_stride, kt * kTile, T);
-    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
-    cp_async_commit();
-  };
   stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // land with the first keys
   stage_tile_async<D>(dOs, dout + int64_t(b) * T * dout_stride + int64_t(h) * D, dout_stride, q0, T);
   stage_ids(seg_q, seg_row, q0, T);
-  int kt = next_meeting(ranges, qt, -1, qt);
-  fetch_keys(kt, 0);
+  int kt = keys.start();
 
   const int r_lo = warp * 16 + (lane >> 2);  // this lane's query rows: r_lo and r_lo + 8
   float row_lse[2], row_delta[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = q0 + r_lo + 8 * r;
-    const int64_t at = (int64_t(b) * s.Hq + h) * T + i;
-    row_lse[r] = i < T ? lse[at] * attention::kLog2e : 0.f;
-    row_delta[r] = i < T ? delta[at] : 0.f;
-  }
+  load_row_stats(row_lse, row_delta, lse, delta, s, b, h, q0, r_lo);
   const uint64_t q_desc = k_major_base(smem_u32(Qs)), do_desc = k_major_base(smem_u32(dOs));
   const uint64_t k_k_desc0 = k_major_base(smem_u32(K_buf)), v_k_desc0 = k_major_base(smem_u32(V_buf));
   const uint64_t k_mn_desc0 = mn_major_base(smem_u32(K_buf));
@@ -221,15 +208,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
   zero(ds);
 
   for (int buf = 0; kt <= qt; buf ^= 1) {
-    const int next = next_meeting(ranges, qt, kt, qt);
-    if (next <= qt) {
-      fetch_keys(next, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    fence_async_shared();
-    __syncthreads();  // tile kt (and Q, dO) visible to every warp and to the tensor cores
+    const int next = keys.wait_and_prefetch(kt, buf);  // tile kt (and Q, dO) visible to warps and tensor cores
     const int k0 = kt * kTile;
     const uint64_t k_k = in_buffer(k_k_desc0, buf, kTileBytes), v_k = in_buffer(v_k_desc0, buf, kTileBytes);
     const uint64_t k_mn = in_buffer(k_mn_desc0, buf, kTileBytes);

@@ -13,9 +13,7 @@ namespace {
 
 using namespace attention_wgmma;
 using attention::Shape;
-using attention_mma::cp_async_commit;
-using attention_mma::cp_async_wait;
-using attention_mma::next_meeting;
+using attention_mma::KeyTileStream;
 using attention_mma::online_softmax_tile;
 using attention_mma::stage_ids;
 using attention_mma::store_forward_rows;
@@ -52,19 +50,14 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
   const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
   if (tile_is_empty(ranges, qt)) return;
-  const bf16* k_head = batch + int64_t(s.Hq + g) * D;
-  const bf16* v_head = batch + int64_t(s.Hq + s.Hkv + g) * D;
+  const KeyTileStream<D, SwizzledTiles<D>> keys{reinterpret_cast<bf16*>(K_buf), reinterpret_cast<bf16*>(V_buf),
+                                                 seg_k_buf, batch + int64_t(s.Hq + g) * D,
+                                                 batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T,
+                                                 ranges, qt};
 
-  auto fetch_keys = [&](int kt, int buf) {
-    stage_tile_async<D>(K_buf + buf * kTileBytes, k_head, row_stride, kt * kTile, T);
-    stage_tile_async<D>(V_buf + buf * kTileBytes, v_head, row_stride, kt * kTile, T);
-    stage_ids(seg_k_buf + buf * kTile, seg_row, kt * kTile, T);
-    cp_async_commit();
-  };
   stage_tile_async<D>(Qs, batch + int64_t(h) * D, row_stride, q0, T);  // lands with the first keys
   stage_ids(seg_q, seg_row, q0, T);
-  int kt = next_meeting(ranges, qt, -1, qt);
-  fetch_keys(kt, 0);
+  int kt = keys.start();
 
   // This lane's query rows within the tile: r_lo (accumulator entries 0, 1) and r_lo + 8 (2, 3).
   const int r_lo = warp * 16 + (lane >> 2);
@@ -77,15 +70,7 @@ __global__ void __launch_bounds__(kThreads)
   float l[2] = {0.f, 0.f};  // this lane's share of each row sum; the quad's shares add up at the end
 
   for (int buf = 0; kt <= qt; buf ^= 1) {
-    const int next = next_meeting(ranges, qt, kt, qt);
-    if (next <= qt) {
-      fetch_keys(next, buf ^ 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    fence_async_shared();
-    __syncthreads();  // tile kt (and Q) visible to every warp and to the tensor cores
+    const int next = keys.wait_and_prefetch(kt, buf);  // tile kt (and Q) visible to warps and tensor cores
     const int k0 = kt * kTile;
     const uint64_t k_desc = in_buffer(k_desc0, buf, kTileBytes), v_desc = in_buffer(v_desc0, buf, kTileBytes);
     const int* seg_k = seg_k_buf + buf * kTile;
