@@ -57,9 +57,8 @@ CudaState* create_state(int device_index) {
     INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
     state->num_sms = prop.multiProcessorCount;
     state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
-    state->compute_capability = prop.major * 10 + prop.minor;
     INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
-    state->wgmma_code = state->compute_capability == 90 && attention_wgmma_code_loaded(state->stream);
+    state->wgmma_code = prop.major == 9 && prop.minor == 0 && attention_wgmma_code_loaded(state->stream);
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kCublasLtWorkspaceBytes);
     state->workspace_bytes = kCublasLtWorkspaceBytes;

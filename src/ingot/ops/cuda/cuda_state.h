@@ -47,7 +47,6 @@ struct CudaState {
   int device = 0;
   int num_sms = 0;                  // multiprocessors, for persistent / partial-sum grids
   int max_smem_per_block = 0;       // opt-in dynamic shared memory limit (bytes)
-  int compute_capability = 0;       // major * 10 + minor: 90 for the H100/H200
   bool wgmma_code = false;          // the attention kernels' sm_90a (wgmma) code runs here
   cudaStream_t stream = nullptr;
 
