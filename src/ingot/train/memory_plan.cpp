@@ -37,10 +37,9 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   (void)packed_rows;  // only the CUDA scratch depends on it
 #ifdef INGOT_HAVE_CUDA
   if (device == Device::cuda) {
-    const int64_t head_dim = config.head_dim > 0 ? config.head_dim : config.hidden_size / config.num_attention_heads;
-    const int64_t Hq = config.num_attention_heads;
-    const int64_t without = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, head_dim, packed_rows, false);
-    const int64_t with = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, head_dim, packed_rows, true);
+    const int64_t Hq = config.num_attention_heads, D = config.head_dim;  // head_dim: set by the config parser
+    const int64_t without = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, D, packed_rows, false);
+    const int64_t with = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, D, packed_rows, true);
     m.attention_workspace = with - without;
     m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes + with;
   }
