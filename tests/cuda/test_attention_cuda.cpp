@@ -561,8 +561,8 @@ TEST_F(CudaAttention, Perf) {
   for (const auto& r : rows) std::printf("%s\n", r.c_str());
 }
 
-// Short sequences: where does cuDNN start to beat the CUDA-core kernels? Same tokens per call
-// (B*T = 16384) at each length; the demo model's heads (4/2/64) and Llama-3.2-1B's (32/8/64).
+// Short sequences: where does cuDNN start to beat the CUDA-core and the tensor-core kernels? Same
+// tokens per call (B*T = 16384) at each length; the demo model's heads (4/2/64) and Llama-3.2-1B's (32/8/64).
 TEST_F(CudaAttention, PerfShortSequences) {
   if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   struct Heads {
@@ -571,22 +571,23 @@ TEST_F(CudaAttention, PerfShortSequences) {
   };
   std::printf("short-sequence attention on %s, B*T = 16384 tokens, fwd + bwd ms (median of 15):\n",
               cuda::device_name().c_str());
-  std::printf("| heads            | T    | kernels | cudnn  |\n");
+  std::printf("| heads            | T    | kernels | tensor cores (%s) | cudnn  |\n",
+              cuda::attention_wgmma_available(gpu, 64) ? "wgmma" : "mma.sync");
   for (const Heads& h : {Heads{"demo 4/2/64", 4, 2, 64}, Heads{"llama-1b 32/8/64", 32, 8, 64}}) {
     for (const int64_t T : {64, 128, 256, 512, 1024, 2048}) {
       const int64_t B = 16384 / T;
       const double scale = 1.0 / std::sqrt(double(h.D));
       const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, h.Hq, h.Hkv, h.D, 31);
-      double ms[2];
+      double ms[3];
       int i = 0;
-      for (const char* mode : {"kernels", "cudnn"}) {
+      for (const char* mode : {"kernels", "mma", "cudnn"}) {
         ScopedMode scoped(mode);
         ms[i++] = median_ms(state_, [&] {
           ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
           ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
         }, 3, 15);
       }
-      std::printf("| %-16s | %4ld | %7.3f | %6.3f |\n", h.name, long(T), ms[0], ms[1]);
+      std::printf("| %-16s | %4ld | %7.3f | %20.3f | %6.3f |\n", h.name, long(T), ms[0], ms[1], ms[2]);
     }
   }
 }
