@@ -58,6 +58,9 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
   memory.scratch -= dropped;
   memory.attention_workspace = 0;
   cuda::set_cudnn_backward_workspace_limit(0);
+  // A run that does not fit even so stops at check_memory_fits, whose message then gives the
+  // smaller total; a note about a fallback that never runs would only mislead.
+  if (memory.total() > cuda::device_memory_free()) return "";
   return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(dropped) +
          " of workspace, which does not fit";
 #else

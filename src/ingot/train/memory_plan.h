@@ -28,7 +28,7 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 // CUDA: when the plan exceeds the device's free memory and cuDNN's attention backward workspace
 // is part of it, drops that workspace from the plan and has the attention backward run on the
 // tensor-core kernels instead (slower, no workspace); otherwise lets cuDNN take it. Returns a note
-// for the log when it drops the workspace, else "". Call before check_memory_fits.
+// for the log when dropping the workspace makes the run fit, else "". Call before check_memory_fits.
 std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx);
 
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
