@@ -312,6 +312,20 @@ __device__ __forceinline__ void load_row_stats(float (&row_lse)[2], float (&row_
   }
 }
 
+// Row b's part of the kernels' inputs: its tokens of qkv (T, Htot, D), its segment ids (T) and its
+// tile ranges (n_tiles), the last two null when absent.
+struct RowInputs {
+  const bf16* qkv;
+  const int32_t* segment_ids;
+  const uint2* ranges;
+};
+template <int D>
+__device__ __forceinline__ RowInputs row_inputs(const bf16* qkv, const int32_t* segment_ids, const uint2* tile_ranges,
+                                                const attention::Shape& s, int b, int n_tiles) {
+  return {qkv + int64_t(b) * s.T * s.Htot() * D, segment_ids ? segment_ids + int64_t(b) * s.T : nullptr,
+          tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr};
+}
+
 // Whether query tile qt and key tile kt of one row can share a segment id (ranges: that row's
 // (min, max) per tile, or null without segments).
 __device__ __forceinline__ bool tiles_meet(const uint2* ranges, int qt, int kt) {

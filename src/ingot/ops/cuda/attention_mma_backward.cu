@@ -54,10 +54,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
   const int T = s.T, k0 = kt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
   // The work is a sequence of (query head of the group, query tile) items: for each head, the
   // query tiles from the diagonal on that meet this key tile (the same tiles for every head).
@@ -150,9 +148,7 @@ __global__ void __launch_bounds__(kThreads)
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
                               batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T, ranges, qt};
 

@@ -67,9 +67,7 @@ __global__ void __launch_bounds__(kThreads)
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   if (tile_is_empty(ranges, qt)) return;
   const KeyTileStream<D> keys{K_buf, V_buf, seg_k_buf, batch + int64_t(s.Hq + g) * D,
                               batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T, ranges, qt};

@@ -24,6 +24,7 @@ using attention_mma::cp_async_commit;
 using attention_mma::cp_async_wait;
 using attention_mma::KeyTileStream;
 using attention_mma::next_meeting;
+using attention_mma::row_inputs;
 using attention_mma::load_row_stats;
 using attention_mma::stage_ids;
 using attention_mma::stage_row_stats;
@@ -70,10 +71,8 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
   const int T = s.T, k0 = kt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
 
   auto fetch_queries = [&](int hh, int qt, int buf) {
     const int h = g * group + hh, q0 = qt * kTile;
@@ -183,9 +182,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   const KeyTileStream<D, SwizzledTiles<D>> keys{reinterpret_cast<bf16*>(K_buf), reinterpret_cast<bf16*>(V_buf),
                                                  seg_k_buf, batch + int64_t(s.Hq + g) * D,
                                                  batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, seg_row, T,

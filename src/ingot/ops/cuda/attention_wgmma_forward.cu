@@ -15,6 +15,7 @@ using namespace attention_wgmma;
 using attention::Shape;
 using attention_mma::KeyTileStream;
 using attention_mma::online_softmax_tile;
+using attention_mma::row_inputs;
 using attention_mma::stage_ids;
 using attention_mma::store_forward_rows;
 using attention_mma::tile_is_empty;
@@ -46,9 +47,7 @@ __global__ void __launch_bounds__(kThreads)
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D;
-  const bf16* batch = qkv + int64_t(b) * T * row_stride;
-  const int32_t* seg_row = segment_ids ? segment_ids + int64_t(b) * T : nullptr;
-  const uint2* ranges = tile_ranges ? tile_ranges + int64_t(b) * n_tiles : nullptr;
+  const auto [batch, seg_row, ranges] = row_inputs<D>(qkv, segment_ids, tile_ranges, s, b, n_tiles);
   if (tile_is_empty(ranges, qt)) return;
   const KeyTileStream<D, SwizzledTiles<D>> keys{reinterpret_cast<bf16*>(K_buf), reinterpret_cast<bf16*>(V_buf),
                                                  seg_k_buf, batch + int64_t(s.Hq + g) * D,
