@@ -50,7 +50,8 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) {
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device != Device::cuda) return "";
-  if (memory.attention_workspace == 0 || memory.total() <= cuda::device_memory_free()) {
+  const int64_t free_bytes = cuda::device_memory_free();
+  if (memory.attention_workspace == 0 || memory.total() <= free_bytes) {
     cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
     return "";
   }
@@ -60,7 +61,7 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
   cuda::set_cudnn_backward_workspace_limit(0);
   // A run that does not fit even so stops at check_memory_fits, whose message then gives the
   // smaller total; a note about a fallback that never runs would only mislead.
-  if (memory.total() > cuda::device_memory_free()) return "";
+  if (memory.total() > free_bytes) return "";
   return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(dropped) +
          " of workspace, which does not fit";
 #else
