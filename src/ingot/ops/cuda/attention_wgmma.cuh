@@ -159,17 +159,41 @@ __device__ __forceinline__ void a_fragment(uint32_t (&a)[4], const float (&d)[8]
   a[3] = pack_bf16x2(d[2 * kk + 1][2], d[2 * kk + 1][3]);
 }
 
-// acc (64 x N) += P B for one 64-token tile: P (64 x 64) an accumulator, rounded to bf16 here, B the
-// tile's rows MN-major from descriptor b. All four A fragments are packed before the fence, so no
-// register the tensor cores read is written after it. Commits the group (the caller waits).
-template <int NT>
-__device__ __forceinline__ void wgmma_rs_tile(float (&acc)[NT][4], const float (&p)[8][4], uint64_t b) {
-  uint32_t a[kTile / 16][4];
+// P (64 x 64, an accumulator) as the four A fragments of a 64-token contraction, rounded to bf16.
+using TileFragments = uint32_t[kTile / 16][4];
+__device__ __forceinline__ void tile_fragments(TileFragments& a, const float (&p)[8][4]) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) a_fragment(a[kk], p, kk);
-  wgmma_fence();
+}
+// acc (64 x N) += A B, B the tile's rows MN-major from descriptor b. Call between fence and commit.
+template <int NT>
+__device__ __forceinline__ void wgmma_rs_steps(float (&acc)[NT][4], const TileFragments& a, uint64_t b) {
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) wgmma_rs(acc, a[kk], mn_step(b, kk));
+}
+
+// acc (64 x N) += P B for one 64-token tile: P rounded to bf16 here, B MN-major from descriptor b.
+// The A fragments are packed before the fence, so no register the tensor cores read is written
+// after it. Commits the group (the caller waits).
+template <int NT>
+__device__ __forceinline__ void wgmma_rs_tile(float (&acc)[NT][4], const float (&p)[8][4], uint64_t b) {
+  TileFragments a;
+  tile_fragments(a, p);
+  wgmma_fence();
+  wgmma_rs_steps(acc, a, b);
+  wgmma_commit();
+}
+// Two such products in one commit group: acc1 += P1 B1, acc2 += P2 B2. Both P are packed first, so
+// their f32 registers are free while the tensor cores run.
+template <int NT>
+__device__ __forceinline__ void wgmma_rs_tile2(float (&acc1)[NT][4], const float (&p1)[8][4], uint64_t b1,
+                                               float (&acc2)[NT][4], const float (&p2)[8][4], uint64_t b2) {
+  TileFragments a1, a2;
+  tile_fragments(a1, p1);
+  tile_fragments(a2, p2);
+  wgmma_fence();
+  wgmma_rs_steps(acc1, a1, b1);
+  wgmma_rs_steps(acc2, a2, b2);
   wgmma_commit();
 }
 

@@ -45,9 +45,8 @@ __device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
 }
 
 // As mma_attention_backward_dkdv_kernel. Resident blocks an SM: at D = 64, 3 (registers capped at
-// 168: ptxas serialises some wgmmas and spills a few bytes for it) measured faster than 2 (none
-// serialised): 2.33 against 2.60 ms for this kernel alone at Llama-3.2-1B's heads; at D = 128, the
-// tiles allow 2.
+// 168) measured faster than 2: 2.33 against 2.60 ms for this kernel alone at Llama-3.2-1B's heads,
+// when the cap still made ptxas serialise the wgmmas; at D = 128, the tiles allow 2.
 template <int D>
 __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     wgmma_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
@@ -120,8 +119,9 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     const float* delta_s = delta_buf + buf * kTile;
     const int* seg_q = seg_q_buf + buf * kTile;
 
-    // Four commit groups, each overlapping the next step's CUDA-core work: P^T is computed while
-    // dP^T is in flight, dS^T while dV is.
+    // Three commit groups: P^T is computed while dP^T is in flight; dV and dK go together once dS^T
+    // is done. (Issuing dV before dS^T kept P^T, dP^T and dV's A fragments live at once: past the
+    // 168 registers of 3 blocks an SM at D = 64, so ptxas serialised every wgmma of the kernel.)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_step(k_desc, kk), k_step(q_k, kk), kk);  // S^T = K Q^T
@@ -141,13 +141,12 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
         if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
         pt[nt][e] = p;
       }
-    wgmma_rs_tile(dv, pt, do_mn);  // dV += P^T dO
-    wgmma_wait<1>();               // dP^T (dV may still run)
+    wgmma_wait<0>();  // dP^T
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_s[nt * 8 + 2 * (lane & 3) + (e & 1)]);
-    wgmma_rs_tile(dk, dst, q_mn);  // dK += dS^T Q
+    wgmma_rs_tile2(dv, pt, do_mn, dk, dst, q_mn);  // dV += P^T dO, dK += dS^T Q
     wgmma_wait<0>();
     __syncthreads();  // every warp is done with this buffer before it is refilled
     hh = next_hh;
