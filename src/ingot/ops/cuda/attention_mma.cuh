@@ -155,7 +155,27 @@ __device__ __forceinline__ void zero(float (&acc)[N][4]) {
 // Both families hold a warp's 16 rows of an accumulator the same way: this lane has rows r_lo
 // (entries 0, 1) and r_lo + 8 (entries 2, 3) of each 8-column block.
 
-// The forward's online softmax over one 64-key tile (log2 domain). sc: this warp's raw scores in,
+// Runs body(nt, e, attends) over this lane's entries of NT 8-column blocks (4 entries each), where
+// attends says whether the entry's (query, key) pair attends: attends_at(nt, e) on a tile that needs
+// the mask (the diagonal, the end of the row, document edges), true elsewhere, so the common tile
+// runs no per-entry test at all.
+template <int NT = kTile / 8, typename Body, typename AttendsAt>
+__device__ __forceinline__ void for_each_entry(bool masked, Body body, AttendsAt attends_at) {
+  if (masked) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) body(nt, e, attends_at(nt, e));
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) body(nt, e, true);
+  }
+}
+
+// The forward's online softmax over one 64-key tile (log2 domain: m holds scaled maxima, P = 2^(S *
+// scale_log2 - m) with one FMA an entry). sc: this warp's raw scores in,
 // P out (f32); o, m, l: the output rows, running maxima and this lane's share of the row sums,
 // rescaled to the new maxima. exp2_fn: exp2f (mma.sync) or exp2_ftz (wgmma).
 template <int D, typename Exp2>
@@ -165,22 +185,23 @@ __device__ __forceinline__ void online_softmax_tile(float (&sc)[kTile / 8][4], f
                                                     Exp2 exp2_fn) {
   const int lane = threadIdx.x & 31;
   float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-      float x = sc[nt][e] * scale_log2;
-      if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) x = -INFINITY;
-      sc[nt][e] = x;
-      tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
-    }
+  for_each_entry(
+      masked,
+      [&](int nt, int e, bool attends) {  // raw scores: scaling (by a positive factor) keeps the maximum
+        const float x = attends ? sc[nt][e] : -INFINITY;
+        sc[nt][e] = x;
+        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+      },
+      [&](int nt, int e) {
+        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+        return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
+      });
   float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
-    const float m_new = fmaxf(m[r], tile_max[r]);
+    const float m_new = fmaxf(m[r], tile_max[r] * scale_log2);
     base[r] = m_new == -INFINITY ? 0.f : m_new;  // a row with no key so far: exp2(-inf) = 0
     const float alpha = exp2_fn(m[r] - base[r]);
     m[r] = m_new;
@@ -195,7 +216,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&sc)[kTile / 8][4], f
   for (int nt = 0; nt < kTile / 8; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float p = exp2_fn(sc[nt][e] - base[e >> 1]);
+      const float p = exp2_fn(fmaf(sc[nt][e], scale_log2, -base[e >> 1]));
       sc[nt][e] = p;
       l[e >> 1] += p;
     }

@@ -107,16 +107,19 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
       zero(dst);
       mma_a_bt<D, kChunk / 8>(pt, Ks, warp * 16, Qs, c * kChunk, kS);   // S^T = K Q^T
       mma_a_bt<D, kChunk / 8>(dst, Vs, warp * 16, dOs, c * kChunk, kS);  // dP^T = V dO^T
-#pragma unroll
-      for (int nt = 0; nt < kChunk / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int kr = r_lo + (e >> 1) * 8, qc = c * kChunk + nt * 8 + 2 * (lane & 3) + (e & 1);
-          float p = exp2f(pt[nt][e] * scale_log2 - lse_s[qc]);
-          if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
-          pt[nt][e] = p;
-          dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
-        }
+      const int lane_q = c * kChunk + 2 * (lane & 3);  // this lane's query columns: lane_q + nt * 8, + 1
+      for_each_entry<kChunk / 8>(
+          masked,
+          [&](int nt, int e, bool attends) {
+            const int qc = lane_q + nt * 8 + (e & 1);
+            const float p = attends ? exp2f(fmaf(pt[nt][e], scale_log2, -lse_s[qc])) : 0.f;
+            pt[nt][e] = p;
+            dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
+          },
+          [&](int nt, int e) {
+            const int kr = r_lo + (e >> 1) * 8, qc = lane_q + nt * 8 + (e & 1);
+            return attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr]);
+          });
       mma_c_b<D, kChunk / 8>(dv, pt, dOs, c * kChunk, kS);  // dV += P^T dO
       mma_c_b<D, kChunk / 8>(dk, dst, Qs, c * kChunk, kS);  // dK += dS^T Q
     }
@@ -176,15 +179,16 @@ __global__ void __launch_bounds__(kThreads)
     mma_a_bt<D, kTile / 8>(p, Qs, warp * 16, Ks, 0, kS);    // S = Q K^T
     mma_a_bt<D, kTile / 8>(ds, dOs, warp * 16, Vs, 0, kS);  // dP = dO V^T
     const bool masked = seg_row || kt == qt || k0 + kTile > T;
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float pv = exp2f(p[nt][e] * scale_log2 - row_lse[e >> 1]);
-        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
-        ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
-      }
+    for_each_entry(
+        masked,
+        [&](int nt, int e, bool attends) {
+          const float pv = attends ? exp2f(fmaf(p[nt][e], scale_log2, -row_lse[e >> 1])) : 0.f;
+          ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
+        },
+        [&](int nt, int e) {
+          const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+          return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
+        });
     mma_c_b<D, kTile / 8>(dq, ds, Ks, 0, kS);  // dQ += dS K
     __syncthreads();  // every warp is done with this buffer before it is refilled
     kt = next;

@@ -22,6 +22,7 @@ using namespace attention_wgmma;
 using attention::Shape;
 using attention_mma::cp_async_commit;
 using attention_mma::cp_async_wait;
+using attention_mma::for_each_entry;
 using attention_mma::KeyTileStream;
 using attention_mma::next_meeting;
 using attention_mma::row_inputs;
@@ -132,20 +133,22 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
     wgmma_wait<1>();  // S^T
 
     const bool masked = (seg_row && !tiles_one_document(ranges, qt, kt)) || qt == kt || q0 + kTile > T;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float p = exp2_ftz(pt[nt][e] * scale_log2 - lse_s[qc]);
-        if (masked && !attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr])) p = 0.f;
-        pt[nt][e] = p;
-      }
+    const float* lse_lane = lse_s + 2 * (lane & 3);  // this lane's query columns: nt * 8 + 2 (lane & 3), + 1
+    const float* delta_lane = delta_s + 2 * (lane & 3);
+    for_each_entry(
+        masked,
+        [&](int nt, int e, bool attends) {
+          pt[nt][e] = attends ? exp2_ftz(fmaf(pt[nt][e], scale_log2, -lse_lane[nt * 8 + (e & 1)])) : 0.f;
+        },
+        [&](int nt, int e) {
+          const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
+          return attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr]);
+        });
     wgmma_wait<0>();  // dP^T
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_s[nt * 8 + 2 * (lane & 3) + (e & 1)]);
+      for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_lane[nt * 8 + (e & 1)]);
     wgmma_rs_tile2(dv, pt, do_mn, dk, dst, q_mn);  // dV += P^T dO, dK += dS^T Q
     wgmma_wait<0>();
     __syncthreads();  // every warp is done with this buffer before it is refilled
@@ -221,15 +224,16 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     wgmma_wait<1>();  // S
 
     const bool masked = (seg_row && !tiles_one_document(ranges, qt, kt)) || kt == qt || q0 + kTile > T;
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        float pv = exp2_ftz(p[nt][e] * scale_log2 - row_lse[e >> 1]);
-        if (masked && !attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc])) pv = 0.f;
-        p[nt][e] = pv;
-      }
+    for_each_entry(
+        masked,
+        [&](int nt, int e, bool attends) {
+          const float pv = exp2_ftz(fmaf(p[nt][e], scale_log2, -row_lse[e >> 1]));
+          p[nt][e] = attends ? pv : 0.f;
+        },
+        [&](int nt, int e) {
+          const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
+          return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
+        });
     wgmma_wait<0>();  // dP
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
