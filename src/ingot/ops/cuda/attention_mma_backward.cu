@@ -49,8 +49,9 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
   int* seg_q_buf = seg_k + kTile;          // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
-  const int kt = blockIdx.x;  // key tile 0 meets the most query tiles: the heaviest blocks first
-  const int g = blockIdx.y, b = blockIdx.z, group = s.Hq / s.Hkv;
+  const TileBlock block = tile_major_block();
+  const int kt = block.tile;  // key tile 0 meets the most query tiles: the heaviest blocks first
+  const int g = block.head, b = block.row, group = s.Hq / s.Hkv;
   const int T = s.T, k0 = kt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
@@ -146,8 +147,9 @@ __global__ void __launch_bounds__(kThreads)
   int* seg_k_buf = seg_q + kTile;         // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
-  const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first
-  const int h = blockIdx.y, b = blockIdx.z, g = h / (s.Hq / s.Hkv);
+  const TileBlock block = tile_major_block();
+  const int qt = n_tiles - 1 - block.tile;  // longest rows first
+  const int h = block.head, b = block.row, g = h / (s.Hq / s.Hkv);
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;

@@ -62,8 +62,9 @@ __global__ void __launch_bounds__(kThreads)
   int* seg_k_buf = seg_q + kTile;  // [2][kTile]
 
   const int n_tiles = int(gridDim.x);
-  const int qt = n_tiles - 1 - int(blockIdx.x);  // longest rows first: the grid's tail is short work
-  const int h = blockIdx.y, b = blockIdx.z, g = h / (s.Hq / s.Hkv);
+  const TileBlock block = tile_major_block();
+  const int qt = n_tiles - 1 - block.tile;  // longest rows first: the grid's tail is short work
+  const int h = block.head, b = block.row, g = h / (s.Hq / s.Hkv);
   const int T = s.T, q0 = qt * kTile;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row_stride = int64_t(s.Htot()) * D;
