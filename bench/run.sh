@@ -60,7 +60,7 @@ IFS=, read -r -a MODEL_LIST <<<"$MODELS"
 PACKED_ARG=""; [ "$PACKED" != 0 ] && PACKED_ARG="--packed-doc-len $PACKED"
 INGOT_ARGS="${INGOT_ARGS}${INGOT_ARGS:+${PACKED_ARG:+ }}$PACKED_ARG"
 INGOT_EXTRA=$INGOT_ARGS  # a job's own INGOT_EXTRA=... prefix replaces it for that job
-ALT_MBS=($((MB * 2)))  # Ingot's other micro-batch, to find its best (half the batch never was)
+ALT_MBS=($((MB * 2)) $((MB * 4)))  # Ingot's other micro-batches, to find its best (half the batch never was)
 
 echo "== Ingot speed benchmark $(date -u '+%Y-%m-%d %H:%M UTC'); budget ${BUDGET}s; logs in $OUTDIR"
 # The GPU the runs use, for nvidia-smi: the first one CUDA_VISIBLE_DEVICES names when that is an
@@ -244,7 +244,8 @@ job() {
 
 # In order of importance, so that a tight budget drops the least important runs: Ingot at the main
 # shape and the big model (cheap), the eager and torch.compile peers (compilation takes about a
-# minute per model), Ingot's other micro-batches, and last the eager peer of the big model.
+# minute per model), Ingot's other micro-batches (twice, then four times the main one), and last the
+# eager peer of the big model.
 for m in "${MODEL_LIST[@]}"; do job ingot "$m" "$MB" 100 15; done
 if [ -n "$BIG" ]; then
   job ingot "$BIG" 1 150 30
