@@ -230,7 +230,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
     const bool masked = (seg_row && !tiles_one_document(ranges, qt, kt)) || kt == qt || q0 + kTile > T;
     for_each_entry(
         masked,
-        [&](int nt, int e, bool attends) {
+        [&](int nt, int e, bool attends) {  // 2^x before the select: inside it, ptxas spilled here
           const float pv = exp2_ftz(fmaf(p[nt][e], scale_log2, -row_lse[e >> 1]));
           p[nt][e] = attends ? pv : 0.f;
         },
