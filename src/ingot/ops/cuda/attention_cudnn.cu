@@ -780,6 +780,7 @@ bool attention_cudnn_documents_forward(Context& ctx, Tensor out, Tensor lse, Ten
                                        int n_q_heads, int n_kv_heads, double scale) {
   constexpr const char* op = "attention_forward (cuDNN documents)";
   if (cudnn_declined_by_env() || out.dtype != DType::bf16) return false;
+  if (!(scale > 0)) return false;  // the short documents' tensor-core forward needs it (attention_mma_forward)
   if (!documents_eligible(ctx, segment_ids, qkv, n_q_heads, {&out, &lse})) return false;
   const Geometry rows = geometry_of(qkv, n_q_heads, n_kv_heads);
   CudaState& state = state_of(ctx, op);

@@ -25,8 +25,8 @@ struct MmaTokenSubset {
   int64_t scratch_offset = 0;
 };
 
-// Return false when this path does not take the call (the caller runs the CUDA-core kernels);
-// arguments are already checked by the entry points.
+// Return false when this path does not take the call (the caller runs the CUDA-core kernels; the
+// forward declines a scale that is not positive); arguments are already checked by the entry points.
 bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
                            int n_q_heads, int n_kv_heads, double scale,
                            const MmaTokenSubset& subset = {});

@@ -142,6 +142,9 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
   const Shape s{int(qkv.dim(0)), int(qkv.dim(1)), n_q_heads, n_kv_heads, int(qkv.dim(3))};
   if (!attention_mma_supports(ctx, qkv, n_q_heads, /*backward=*/false)) return false;
   if (out.dtype != DType::bf16 || !aligned16(out.data)) return false;
+  // The online softmax keeps its running maxima over raw scores, which needs a positive scale;
+  // the CUDA-core kernels take any other.
+  if (!(scale > 0)) return false;
   CudaState& state = state_of(ctx, op);
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   uint2* ranges = nullptr;
