@@ -174,6 +174,29 @@ __device__ __forceinline__ void for_each_entry(bool masked, Body body, AttendsAt
   }
 }
 
+// The mask of for_each_entry for a tile whose rows are queries and whose columns are keys (S, dP):
+// this lane's rows q0 + r_lo (entries 0, 1) and + 8 (2, 3), columns k0 + nt * 8 + 2 (lane & 3) (+ 1).
+struct QueryRowsMask {
+  int q0, k0, T, r_lo;
+  const int* seg_q;  // the query tile's segment ids
+  const int* seg_k;  // the key tile's
+  __device__ __forceinline__ bool operator()(int nt, int e) const {
+    const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (threadIdx.x & 3) + (e & 1);
+    return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
+  }
+};
+// The same for the transposed tiles of the dK/dV kernels (S^T, dP^T): rows are keys k0 + r_lo (+ 8),
+// columns queries q0 + col0 + nt * 8 + 2 (lane & 3) (+ 1), col0 the start of a chunk of the tile.
+struct KeyRowsMask {
+  int q0, k0, T, r_lo, col0;
+  const int* seg_q;
+  const int* seg_k;
+  __device__ __forceinline__ bool operator()(int nt, int e) const {
+    const int kr = r_lo + (e >> 1) * 8, qc = col0 + nt * 8 + 2 * (threadIdx.x & 3) + (e & 1);
+    return attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr]);
+  }
+};
+
 // The forward's online softmax over one 64-key tile (log2 domain: m holds scaled maxima, P = 2^(S *
 // scale_log2 - m) with one FMA an entry). sc: this warp's raw scores in,
 // P out (f32); o, m, l: the output rows, running maxima and this lane's share of the row sums,
@@ -183,7 +206,6 @@ __device__ __forceinline__ void online_softmax_tile(float (&sc)[kTile / 8][4], f
                                                     float (&l)[2], bool masked, int q0, int k0, int T,
                                                     const int* seg_q, const int* seg_k, int r_lo, float scale_log2,
                                                     Exp2 exp2_fn) {
-  const int lane = threadIdx.x & 31;
   float tile_max[2] = {-INFINITY, -INFINITY};
   for_each_entry(
       masked,
@@ -192,10 +214,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&sc)[kTile / 8][4], f
         sc[nt][e] = x;
         tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
       },
-      [&](int nt, int e) {
-        const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-        return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
-      });
+      QueryRowsMask{q0, k0, T, r_lo, seg_q, seg_k});
   float base[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

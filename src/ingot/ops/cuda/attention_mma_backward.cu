@@ -118,10 +118,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 1)
             pt[nt][e] = p;
             dst[nt][e] = p * (dst[nt][e] - delta_s[qc]);
           },
-          [&](int nt, int e) {
-            const int kr = r_lo + (e >> 1) * 8, qc = lane_q + nt * 8 + (e & 1);
-            return attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr]);
-          });
+          KeyRowsMask{q0, k0, T, r_lo, c * kChunk, seg_q, seg_k});
       mma_c_b<D, kChunk / 8>(dv, pt, dOs, c * kChunk, kS);  // dV += P^T dO
       mma_c_b<D, kChunk / 8>(dk, dst, Qs, c * kChunk, kS);  // dK += dS^T Q
     }
@@ -188,10 +185,7 @@ __global__ void __launch_bounds__(kThreads)
           const float pv = attends ? exp2f(fmaf(p[nt][e], scale_log2, -row_lse[e >> 1])) : 0.f;
           ds[nt][e] = pv * (ds[nt][e] - row_delta[e >> 1]);
         },
-        [&](int nt, int e) {
-          const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-          return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
-        });
+        QueryRowsMask{q0, k0, T, r_lo, seg_q, seg_k});
     mma_c_b<D, kTile / 8>(dq, ds, Ks, 0, kS);  // dQ += dS K
     __syncthreads();  // every warp is done with this buffer before it is refilled
     kt = next;

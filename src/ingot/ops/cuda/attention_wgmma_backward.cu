@@ -23,8 +23,10 @@ using attention::Shape;
 using attention_mma::cp_async_commit;
 using attention_mma::cp_async_wait;
 using attention_mma::for_each_entry;
+using attention_mma::KeyRowsMask;
 using attention_mma::KeyTileStream;
 using attention_mma::next_meeting;
+using attention_mma::QueryRowsMask;
 using attention_mma::row_inputs;
 using attention_mma::load_row_stats;
 using attention_mma::stage_ids;
@@ -143,10 +145,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 3 : 2)
         [&](int nt, int e, bool attends) {
           pt[nt][e] = attends ? exp2_ftz(fmaf(pt[nt][e], scale_log2, -lse_lane[nt * 8 + (e & 1)])) : 0.f;
         },
-        [&](int nt, int e) {
-          const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
-          return attention::attends(q0 + qc, k0 + kr, T, seg_q[qc], seg_k[kr]);
-        });
+        KeyRowsMask{q0, k0, T, r_lo, 0, seg_q, seg_k});
     wgmma_wait<0>();  // dP^T
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -234,10 +233,7 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
           const float pv = exp2_ftz(fmaf(p[nt][e], scale_log2, -row_lse[e >> 1]));
           p[nt][e] = attends ? pv : 0.f;
         },
-        [&](int nt, int e) {
-          const int rr = r_lo + (e >> 1) * 8, cc = nt * 8 + 2 * (lane & 3) + (e & 1);
-          return attention::attends(q0 + rr, k0 + cc, T, seg_q[rr], seg_k[cc]);
-        });
+        QueryRowsMask{q0, k0, T, r_lo, seg_q, seg_k});
     wgmma_wait<0>();  // dP
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
