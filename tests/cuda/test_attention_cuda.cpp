@@ -385,6 +385,33 @@ TEST_F(CudaAttention, DispatchPicksThePath) {
   EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "f32";
 }
 
+// The tensor-core forward keeps its running maxima over raw scores, which is only right for a
+// positive scale: with scale 0 or below it (and the documents path that hands it the short
+// documents) declines, and the CUDA-core kernels must still give the CPU twin's answer.
+TEST_F(CudaAttention, NonPositiveScaleTakesTheCudaCoreKernels) {
+  const int64_t B = 2, T = 150, Hq = 4, Hkv = 2, D = 64, Htot = Hq + 2 * Hkv;
+  const Floats qkv_values = randn_bf16(B * T * Htot * D, 71);
+  const std::vector<int32_t> ids = packed_rows(B, T, 72);
+  Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), seg = alloc(DType::i32, {B, T});
+  write(qkv, qkv_values);
+  cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
+  Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
+  for (double scale : {0.0, -0.125}) {
+    Floats qkv_cpu = qkv_values, want_out(size_t(B * T * Hq * D)), want_lse(size_t(B * Hq * T));
+    std::vector<int32_t> ids_cpu = ids;
+    ops::attention_forward(cpu, Tensor(want_out.data(), DType::f32, Device::cpu, {B, T, Hq, D}),
+                           Tensor(want_lse.data(), DType::f32, Device::cpu, {B, Hq, T}),
+                           Tensor(qkv_cpu.data(), DType::f32, Device::cpu, {B, T, Htot, D}),
+                           Tensor(ids_cpu.data(), DType::i32, Device::cpu, {B, T}), int(Hq), int(Hkv), scale);
+    poison(out);
+    poison(lse);
+    ops::attention_forward(gpu, out, lse, qkv, seg, int(Hq), int(Hkv), scale);
+    EXPECT_STREQ(cuda::attention_last_path(), "kernels") << "scale " << scale;
+    EXPECT_TRUE(close(download(out), want_out, kTolBf16, "forward out, scale " + std::to_string(scale)));
+    EXPECT_TRUE(close(download(lse), want_lse, kTolStat, "forward lse, scale " + std::to_string(scale)));
+  }
+}
+
 // Whole rows whose cuDNN backward workspace (B x Hq x T x T bf16) is above the limit a training
 // run sets from its memory plan take the tensor-core backward; the forward stays on cuDNN.
 TEST_F(CudaAttention, BackwardOverTheWorkspaceLimitAvoidsCudnn) {
