@@ -18,6 +18,7 @@
 #include <numeric>
 #include <random>
 
+#include "ingot/core/stochastic_rounding.h"
 #include "ingot/ops/ops.h"
 #include "op_harness.h"
 #include "test_util.h"
@@ -665,6 +666,7 @@ struct AdamWScalars {
     s[ops::kAdamWDecay] = 1 - h.lr * h.weight_decay;
     s[ops::kAdamWGradDivisor] = h.divisor;
     s[ops::kAdamWMaxGradNorm] = h.max_norm;
+    s[ops::kAdamWUpdate] = step;
     t = Tensor(s.data(), DType::f64, Device::cpu, {int64_t{ops::kAdamWSlots}});
   }
   AdamWScalars(const AdamWScalars&) = delete;
@@ -994,6 +996,190 @@ TEST(CpuOps, AdamWStepBf16MomentCannotDecayByLessThanHalfAStep) {
     if (beta2 > 0.998) EXPECT_EQ(unchanged, n) << "beta2 " << beta2 << ": every v should stay put";
     else EXPECT_EQ(unchanged, 0) << "beta2 " << beta2 << ": every v should shrink";
   }
+}
+
+// ---- stochastic rounding (core/stochastic_rounding.h; AdamWConstants::stochastic_rounding) -------
+
+// Over all 2^16 draws a value rounds up exactly as many times as its 16 dropped bits say, so the
+// mean of the outcomes is the value itself (exact in double: two bf16 neighbours, integer counts).
+// Positive and negative values, a subnormal, a value on a bf16 point (never moves) and -0; then
+// the edges: the largest finite f32 rounds to bf16's largest or to inf, inf stays inf, NaN stays a
+// quiet NaN.
+TEST(StochasticRounding, AllDrawsTogetherAverageToTheValue) {
+  auto bits_of = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  for (const float x : {1.0f + 0.3f * 0x1p-7f, -3.14159f, 0.1f, 1e-40f, 2.0f, -0.0f, 65504.7f}) {
+    const uint16_t down = static_cast<uint16_t>(bits_of(x) >> 16), up = static_cast<uint16_t>(down + 1);
+    double sum = 0;
+    int64_t ups = 0, others = 0;
+    for (uint32_t r = 0; r < 65536; ++r) {
+      const uint16_t h = bf16_bits_stochastic(bits_of(x), r);
+      ups += h == up;
+      others += h != up && h != down;
+      sum += bf16_to_f32(h);
+    }
+    EXPECT_EQ(others, 0) << x << ": an outcome that is not one of the two bf16 neighbours";
+    EXPECT_EQ(ups, bits_of(x) & 0xffff) << x << ": rounded up that often";
+    EXPECT_EQ(sum / 65536, static_cast<double>(x)) << x << ": the mean of all draws";
+  }
+  const uint32_t largest = bits_of(std::numeric_limits<float>::max());
+  EXPECT_EQ(bf16_bits_stochastic(largest, 0), 0x7f7f);
+  EXPECT_EQ(bf16_bits_stochastic(largest, 0xffff), 0x7f80);  // inf
+  EXPECT_EQ(bf16_bits_stochastic(bits_of(std::numeric_limits<float>::infinity()), 0xffff), 0x7f80);
+  EXPECT_EQ(bf16_bits_stochastic(bits_of(-std::numeric_limits<float>::infinity()), 0x1234), 0xff80);
+  const uint16_t nan = bf16_bits_stochastic(0x7f800001u, 0xffff);  // a NaN whose payload bf16 cannot keep
+  EXPECT_TRUE(std::isnan(bf16_to_f32(nan))) << std::hex << nan;
+}
+
+// AdamW on bf16 weights without a master copy, at a learning rate below half a bf16 step of the
+// weights (1.0, whose step below is 2^-8): rounded to nearest, every update is lost and no weight
+// ever moves; rounded stochastically, the weights' mean follows the f32 run. Constant gradients
+// make every update lr (to within eps), so after 50 steps the f32 weights sit at 1 - 50 lr; the
+// stochastic mean over 4096 weights has a standard deviation of about 1e-4 there.
+TEST(CpuOps, AdamWStepStochasticRoundingKeepsUpdatesBelowHalfABf16Step) {
+  const int64_t n = 4096, steps = 50;
+  AdamWSetting h;
+  h.lr = 2e-4;
+  h.weight_decay = 0;
+  h.beta2 = 0.999;
+  Context ctx = cpu_context(2);
+  std::vector<float> g(n, 0.5f);
+  DecayRuns decay({});
+  auto run = [&](DType param_dtype, bool stochastic) {
+    std::vector<float> pf(n, 1.f), m(n, 0.f), v(n, 0.f);
+    std::vector<uint16_t> pb(n, f32_to_bf16(1.f));
+    ops::AdamWConstants c = constants_of(h);
+    c.stochastic_rounding = stochastic;
+    c.rounding_seed = 7;
+    for (int64_t t = 1; t <= steps; ++t) {
+      AdamWScalars scalars(h, static_cast<int>(t));
+      const Tensor params = param_dtype == DType::f32 ? Tensor(pf.data(), DType::f32, Device::cpu, {n})
+                                                      : Tensor(pb.data(), DType::bf16, Device::cpu, {n});
+      ops::adamw_step(ctx, params, Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                      Tensor(m.data(), DType::f32, Device::cpu, {n}), Tensor(v.data(), DType::f32, Device::cpu, {n}),
+                      Tensor(), decay.t, scalars.t, c);
+    }
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) mean += param_dtype == DType::f32 ? pf[i] : bf16_to_f32(pb[i]);
+    return mean / n;
+  };
+  const double f32 = run(DType::f32, false), nearest = run(DType::bf16, false), stochastic = run(DType::bf16, true);
+  EXPECT_NEAR(f32, 1 - steps * h.lr, 1e-5) << "the f32 reference";
+  EXPECT_EQ(nearest, 1.0) << "rounded to nearest, no update below half a bf16 step survives";
+  EXPECT_NEAR(stochastic, f32, 6e-4) << "rounded stochastically, the mean follows the f32 weights";
+}
+
+// bf16 moments at beta2 = 0.999, where rounding to nearest keeps v from ever decaying (the test
+// above this section): after one gradient and 400 zero ones, the f32 v has shrunk to 0.999^400 =
+// 0.67 of its first value. Rounded stochastically, the mean of 4096 bf16 v follows it (to 1%);
+// rounded to nearest, every v still holds its first value.
+TEST(CpuOps, AdamWStepStochasticRoundingLetsBf16MomentsDecay) {
+  const int64_t n = 4096, steps = 401;
+  AdamWSetting h;
+  h.beta2 = 0.999;
+  h.weight_decay = 0;
+  Context ctx = cpu_context(2);
+  std::vector<float> g0(n), zero(n, 0.f);
+  for (int64_t i = 0; i < n; ++i) g0[i] = 0.5f + static_cast<float>(i % 17) / 16.f;
+  DecayRuns decay({});
+  struct Moments {
+    std::vector<double> v1, v;  // v after the first step, and at the end
+  };
+  auto run = [&](DType state_dtype, bool stochastic) {
+    std::vector<float> p(n, 0.f), mf(n, 0.f), vf(n, 0.f);
+    std::vector<uint16_t> mb(n, 0), vb(n, 0);
+    ops::AdamWConstants c = constants_of(h);
+    c.stochastic_rounding = stochastic;
+    c.rounding_seed = 11;
+    Moments out;
+    auto v_values = [&] {
+      std::vector<double> r(n);
+      for (int64_t i = 0; i < n; ++i) r[i] = state_dtype == DType::f32 ? vf[i] : bf16_to_f32(vb[i]);
+      return r;
+    };
+    for (int64_t t = 1; t <= steps; ++t) {
+      AdamWScalars scalars(h, static_cast<int>(t));
+      const bool f32 = state_dtype == DType::f32;
+      ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}),
+                      Tensor((t == 1 ? g0 : zero).data(), DType::f32, Device::cpu, {n}),
+                      f32 ? Tensor(mf.data(), DType::f32, Device::cpu, {n}) : Tensor(mb.data(), DType::bf16, Device::cpu, {n}),
+                      f32 ? Tensor(vf.data(), DType::f32, Device::cpu, {n}) : Tensor(vb.data(), DType::bf16, Device::cpu, {n}),
+                      Tensor(), decay.t, scalars.t, c);
+      if (t == 1) out.v1 = v_values();
+    }
+    out.v = v_values();
+    return out;
+  };
+  const Moments f32 = run(DType::f32, false), nearest = run(DType::bf16, false), stochastic = run(DType::bf16, true);
+  double ratio_f32 = 0, ratio_stochastic = 0;
+  int64_t stuck = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ratio_f32 += f32.v[i] / f32.v1[i] / n;
+    ratio_stochastic += stochastic.v[i] / f32.v[i] / n;
+    stuck += nearest.v[i] == nearest.v1[i];
+  }
+  EXPECT_NEAR(ratio_f32, std::pow(0.999, steps - 1), 1e-4) << "the f32 reference decays";
+  EXPECT_EQ(stuck, n) << "rounded to nearest, no bf16 v decays";
+  EXPECT_NEAR(ratio_stochastic, 1.0, 0.01) << "rounded stochastically, bf16 v follows the f32 v on average";
+}
+
+// The draws are a function of (seed, update number, element) only: two runs agree bit for bit at
+// 1 and 3 threads; another seed, or another update number, rounds differently; with a master copy
+// the bf16 params stay its copy rounded to nearest (only the stores that carry the update draw).
+TEST(CpuOps, AdamWStepStochasticRoundingIsAFunctionOfSeedUpdateAndElement) {
+  const int64_t n = 999;
+  Values p0(n), g0(n);
+  fill_normal(p0, 51);
+  fill_normal(g0, 52);
+  AdamWSetting h;
+  h.lr = 1e-3;
+  DecayRuns decay({{0, 500}});
+  struct Out {
+    std::vector<uint16_t> p, m, v;
+    std::vector<float> master;
+  };
+  auto run = [&](int threads, uint64_t seed, int update, bool with_master) {
+    Context ctx = cpu_context(threads);
+    Out o;
+    for (double x : p0) o.p.push_back(f32_to_bf16(static_cast<float>(x)));
+    o.m.assign(n, 0);
+    o.v.assign(n, 0);
+    for (uint16_t b : o.p) o.master.push_back(bf16_to_f32(b));
+    std::vector<float> g(g0.begin(), g0.end());
+    ops::AdamWConstants c = constants_of(h);
+    c.stochastic_rounding = true;
+    c.rounding_seed = seed;
+    AdamWScalars scalars(h, update);
+    ops::adamw_step(ctx, Tensor(o.p.data(), DType::bf16, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(o.m.data(), DType::bf16, Device::cpu, {n}), Tensor(o.v.data(), DType::bf16, Device::cpu, {n}),
+                    with_master ? Tensor(o.master.data(), DType::f32, Device::cpu, {n}) : Tensor(), decay.t, scalars.t, c);
+    return o;
+  };
+  const Out a = run(1, 5, 3, false), b = run(3, 5, 3, false), other_seed = run(1, 6, 3, false),
+            other_update = run(1, 5, 4, false);
+  EXPECT_TRUE(a.p == b.p && a.m == b.m && a.v == b.v) << "1 and 3 threads";
+  EXPECT_NE(a.p, other_seed.p) << "another seed";
+  EXPECT_NE(a.m, other_update.m) << "another update number";
+  const Out with_master = run(2, 5, 3, true);
+  int64_t not_nearest = 0;
+  for (int64_t i = 0; i < n; ++i) not_nearest += with_master.p[i] != f32_to_bf16(with_master.master[i]);
+  EXPECT_EQ(not_nearest, 0) << "with a master copy the params are its copy rounded to nearest";
+  EXPECT_TRUE(with_master.m == a.m && with_master.v == a.v) << "the moments draw the same with or without master";
+  // The update number is checked where stochastic rounding needs it.
+  Context ctx = cpu_context(1);
+  std::vector<float> p(n, 0.f), g(n, 0.f), m(n, 0.f), v(n, 0.f);
+  ops::AdamWConstants c = constants_of(h);
+  c.stochastic_rounding = true;
+  AdamWScalars scalars(h, 1);
+  scalars.s[ops::kAdamWUpdate] = 0;
+  expect_error_naming([&] {
+    ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(m.data(), DType::f32, Device::cpu, {n}), Tensor(v.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(), decay.t, scalars.t, c);
+  }, {"update number 0", "kAdamWUpdate"}, "update number 0");
 }
 
 // With a zero gradient the step is pure decoupled weight decay, and only inside decay_runs:

@@ -126,6 +126,35 @@ TEST(TrainConfig, GradAndOptimizerStateDtypes) {
   EXPECT_NE(recipe_bad.find("optimizer_state_dtype"), std::string::npos) << recipe_bad;
 }
 
+// stochastic_rounding: off by default, carried into the recipe (and its description in the log),
+// refused with precision fp32, where nothing is stored in bf16; a bad value names the key.
+TEST(TrainConfig, StochasticRounding) {
+  EXPECT_FALSE(make_recipe("bf16", Device::cuda).stochastic_rounding);
+  const TrainConfig c = parse_train_config(std::string(kMinimal) + "precision: bf16\nstochastic_rounding: true\n",
+                                           "x.yaml", {"master_weights=false"});
+  const Recipe r = make_recipe(c.precision, Device::cuda, c.recipe_options());
+  EXPECT_TRUE(r.stochastic_rounding);
+  EXPECT_NE(describe(r).find("stochastic rounding"), std::string::npos) << describe(r);
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string on_fp32 = message([] {
+    parse_train_config(std::string(kMinimal) + "precision: fp32\nstochastic_rounding: true\n", "bad.yaml");
+  });
+  for (const char* needle : {"bad.yaml", "stochastic_rounding", "fp32"})
+    EXPECT_NE(on_fp32.find(needle), std::string::npos) << on_fp32;
+  const std::string bad_value = message([] {
+    parse_train_config(std::string(kMinimal) + "stochastic_rounding: sometimes\n", "bad.yaml");
+  });
+  for (const char* needle : {"bad.yaml", "stochastic_rounding", "sometimes"})
+    EXPECT_NE(bad_value.find(needle), std::string::npos) << bad_value;
+}
+
 // The memory plan follows the recipe: bf16 gradients and AdamW moments take half the bytes of
 // f32 ones, and no master weights take none; parameters and activations do not change. Llama-3-8B
 // at 4096 x 1, the shape that needs them.

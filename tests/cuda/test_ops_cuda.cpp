@@ -584,6 +584,7 @@ std::vector<double> adamw_scalars(const AdamWSetting& h) {
   s[ops::kAdamWDecay] = 1 - h.lr * h.weight_decay;
   s[ops::kAdamWGradDivisor] = h.divisor;
   s[ops::kAdamWMaxGradNorm] = h.max_norm;
+  s[ops::kAdamWUpdate] = h.step;
   return s;
 }
 
@@ -672,6 +673,85 @@ TEST_F(CudaOps, AdamW) {
       // Everything bf16: the memory of a bf16 torch model.
       without_master(std::type_identity<HostBf16>{}, std::type_identity<HostBf16>{}, "adamw all-bf16");
     }
+  }
+}
+
+// Stochastic rounding (AdamWConstants::stochastic_rounding) against the CPU twin, which the CPU
+// tests hold to unbiasedness: the same draws, so the same bf16 values wherever the two sides' f32
+// results agree (a last-bit difference can move a value across a draw's threshold: allowed for
+// 1 element in 200). The rounding must really be stochastic on the device: against the same step
+// rounded to nearest, about a quarter of the values differ (at least a tenth asserted). bf16
+// params without master with bf16 and with f32 moments; the vectorised (n = 4096) and scalar
+// (n = 999) kernels; a master copy keeps its bf16 copy rounded to nearest.
+TEST_F(CudaOps, AdamWStochasticRoundingMatchesCpu) {
+  for (int64_t n : {4096, 999}) {
+    const Runs runs = n == 4096 ? Runs{{0, 1024}, {1536, 3008}} : Runs{{3, 500}, {640, 901}};
+    const int64_t R = static_cast<int64_t>(runs.size());
+    HostI64 cruns(flat_runs(runs), {R, 2});
+    Tensor gruns = upload_i64(cruns.v, {R, 2});
+    const Floats p = randn(n, 94), g = randn(n, 95), m = randn(n, 96, 0.1), v = abs_of(randn(n, 97, 0.1));
+    AdamWSetting h;
+    h.constants.stochastic_rounding = true;
+    h.constants.rounding_seed = 1234;
+    const std::vector<double> s0 = adamw_scalars(h);
+    auto bits_of = [&](const Tensor& t) {
+      const std::vector<uint8_t> bytes = download_bytes(t);
+      std::vector<uint16_t> b(bytes.size() / 2);
+      std::memcpy(b.data(), bytes.data(), bytes.size());
+      return b;
+    };
+    auto differing = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+      int64_t count = 0;
+      for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
+      return count;
+    };
+    for (const bool bf16_state : {true, false}) {
+      const std::string tag = " n=" + std::to_string(n) + (bf16_state ? " all-bf16" : " bf16 params, f32 moments");
+      const DType sd = bf16_state ? DType::bf16 : DType::f32;
+      HostBf16 cp(p, {n}), cg(g, {n});
+      HostBf16 cm_b(m, {n}), cv_b(v, {n});
+      HostF32 cm_f(m, {n}), cv_f(v, {n});
+      HostF64 cs(s0, {ops::kAdamWSlots});
+      ops::adamw_step(cpu, cp.t, cg.t, bf16_state ? cm_b.t : cm_f.t, bf16_state ? cv_b.t : cv_f.t, Tensor{}, cruns.t,
+                      cs.t, h.constants);
+      std::vector<std::vector<uint16_t>> device_bits;  // params, m, v: stochastic, then to nearest
+      for (const bool stochastic : {true, false}) {
+        ops::AdamWConstants c = h.constants;
+        c.stochastic_rounding = stochastic;
+        Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
+        Tensor gm = upload(m, sd, {n}), gv = upload(v, sd, {n}), gs = upload_f64(s0, {ops::kAdamWSlots});
+        ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, c);
+        device_bits.push_back(bits_of(gp));
+        if (bf16_state) {
+          device_bits.push_back(bits_of(gm));
+          device_bits.push_back(bits_of(gv));
+        } else if (stochastic) {  // f32 moments: no rounding, as on the CPU
+          EXPECT_TRUE(close(download(gm), cm_f.v, kTolF32, "adamw stochastic m" + tag));
+          EXPECT_TRUE(close(download(gv), cv_f.v, kTolF32, "adamw stochastic v" + tag));
+        }
+      }
+      const size_t parts = bf16_state ? 3 : 1;
+      const std::vector<uint16_t>* cpu_bits[3] = {&cp.v, &cm_b.v, &cv_b.v};
+      const char* names[3] = {"params", "m", "v"};
+      for (size_t k = 0; k < parts; ++k) {
+        const int64_t vs_cpu = differing(device_bits[k], *cpu_bits[k]);
+        const int64_t vs_nearest = differing(device_bits[k], device_bits[parts + k]);
+        std::printf("    adamw stochastic %-6s%-28s bf16 values differing: from the CPU twin %lld, from nearest %lld of %lld\n",
+                    names[k], tag.c_str(), static_cast<long long>(vs_cpu), static_cast<long long>(vs_nearest),
+                    static_cast<long long>(n));
+        EXPECT_LE(vs_cpu, n / 200) << names[k] << tag;
+        EXPECT_GE(vs_nearest, n / 10) << names[k] << tag << ": the device rounded to nearest";
+      }
+    }
+    // With a master copy the bf16 params are its copy rounded to nearest, stochastic or not.
+    Tensor gp = poisoned(DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
+    Tensor gm = upload(m, DType::bf16, {n}), gv = upload(v, DType::bf16, {n}), gmaster = upload(p, DType::f32, {n});
+    Tensor gs = upload_f64(s0, {ops::kAdamWSlots});
+    ops::adamw_step(gpu, gp, gg, gm, gv, gmaster, gruns, gs, h.constants);
+    const Floats master_after = download(gmaster);
+    std::vector<uint16_t> nearest(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) nearest[size_t(i)] = f32_to_bf16(master_after[size_t(i)]);
+    EXPECT_EQ(differing(bits_of(gp), nearest), 0) << "n=" << n << ": params with a master copy";
   }
 }
 

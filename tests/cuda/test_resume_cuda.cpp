@@ -1,7 +1,8 @@
 // Resume on CUDA, end to end through the CLI on the demo model and real text: a run stopped at a
 // checkpoint and resumed must repeat the uninterrupted run bit for bit (losses, weights, optimizer
 // state), with the default bf16 recipe (f32 master weights saved, bf16 compute copy rebuilt from
-// them) and with the peers' recipe (bf16 weights, gradients and AdamW moments saved as they are).
+// them) and with the peers' recipe (bf16 weights, gradients and AdamW moments saved as they are),
+// also with stochastic rounding.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -67,6 +68,11 @@ INSTANTIATE_TEST_SUITE_P(
     Recipes, CudaResume,
     ::testing::Values(ResumeCase{"default", "", "F32"},
                       ResumeCase{"peers", "--set master_weights=false --set grad_dtype=bf16 --set optimizer_state_dtype=bf16",
+                                 "BF16"},
+                      // The rounding draws follow the update number across the resume.
+                      ResumeCase{"peers_stochastic_rounding",
+                                 "--set master_weights=false --set grad_dtype=bf16 --set optimizer_state_dtype=bf16 "
+                                 "--set stochastic_rounding=true",
                                  "BF16"}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return std::string(info.param.name); });
 

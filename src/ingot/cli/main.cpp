@@ -207,6 +207,8 @@ int main(int argc, char** argv) {
   bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
   bench->add_option("--optimizer-state-dtype", bench_options.recipe.optimizer_state_dtype,
                     "f32 | bf16: AdamW's m and v (default f32)");
+  bench->add_flag("--stochastic-rounding", bench_options.recipe.stochastic_rounding,
+                  "round the optimizer's bf16 stores stochastically (weights without master, bf16 moments)");
   bench->add_flag("--no-cuda-graph", [&](int64_t) { bench_options.cuda_graph = false; }, "launch every op of every step (no graph replay)");
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");
   bench->add_flag("--json", bench_options.json, "print one JSON line");

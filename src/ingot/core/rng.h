@@ -5,9 +5,16 @@
 #include <cmath>
 #include <cstdint>
 
+// Functions the CUDA kernels share with the host code (stochastic_rounding.h) carry this.
+#if defined(__CUDACC__)
+#define INGOT_HOST_DEVICE __host__ __device__
+#else
+#define INGOT_HOST_DEVICE
+#endif
+
 namespace ingot {
 
-inline uint64_t splitmix64(uint64_t x) {
+INGOT_HOST_DEVICE inline uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;

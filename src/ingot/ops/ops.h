@@ -117,12 +117,18 @@ enum AdamWSlot : int {
   kAdamWDecay,            // 1 - lr*wd, applied to elements inside decay_runs (others: 1)
   kAdamWGradDivisor,      // grads hold the gradient of a loss SUM over this many terms
   kAdamWMaxGradNorm,      // clip threshold on the mean-loss gradient's norm; <= 0: no clipping
+  kAdamWUpdate,           // t, the 1-based update number: stochastic rounding's counter (read only then)
   kAdamWSumSquares,       // written by the op: sum(grad^2)
   kAdamWGradNorm,         // written by the op: sqrt(sum(grad^2)) / divisor, before clipping
   kAdamWSlots
 };
 struct AdamWConstants {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Round the bf16 stores of the update stochastically (core/stochastic_rounding.h) instead of to
+  // nearest: params without a master copy, and bf16 m and v. The draws are a function of
+  // (rounding_seed, scalars[kAdamWUpdate], element index) only.
+  bool stochastic_rounding = false;
+  uint64_t rounding_seed = 0;
 };
 // torch.optim.AdamW over whole flat buffers (P elements), with torch's clip_grad_norm_ folded in,
 // in a fixed number of launches however many parameters there are (CUDA: three):
@@ -132,6 +138,8 @@ struct AdamWConstants {
 // params (P) bf16/f32/f64; grads (P) any float; m, v (P) both f32 or both bf16 (f64 with f64
 // params): read as f32, their new values stored rounded after the update has used them. When
 // master (P, f32) is present the update runs on master and params receive its rounded copy.
+// Rounding to bf16 is to nearest, or with constants.stochastic_rounding stochastic for the stores
+// that carry the update (params without master, m, v); the copy of master stays to nearest.
 // decay_runs (R,2) i64: sorted, disjoint [begin, end) element ranges that take weight decay
 // (checked on the CPU; CUDA reads them on the device and also needs every boundary on a multiple
 // of 8 elements, or inside zero padding, since it updates 8 elements at a time).

@@ -9,7 +9,8 @@ namespace ingot {
 // set_step uploads the input slots only, which must therefore come first.
 static_assert(ops::kAdamWStepSize < ops::kAdamWSumSquares && ops::kAdamWBiasCorrection2 < ops::kAdamWSumSquares &&
               ops::kAdamWDecay < ops::kAdamWSumSquares && ops::kAdamWGradDivisor < ops::kAdamWSumSquares &&
-              ops::kAdamWMaxGradNorm < ops::kAdamWSumSquares && ops::kAdamWSumSquares < ops::kAdamWGradNorm);
+              ops::kAdamWMaxGradNorm < ops::kAdamWSumSquares && ops::kAdamWUpdate < ops::kAdamWSumSquares &&
+              ops::kAdamWSumSquares < ops::kAdamWGradNorm);
 
 int64_t AdamW::estimate_state_bytes(int64_t numel, const Recipe& recipe) {
   return 2 * numel * dtype_size(recipe.optimizer_state);
@@ -91,6 +92,7 @@ void AdamW::set_step(double lr, int64_t step, double grad_divisor) {
   s[ops::kAdamWDecay] = 1.0 - lr * config_.weight_decay;
   s[ops::kAdamWGradDivisor] = grad_divisor;
   s[ops::kAdamWMaxGradNorm] = config_.max_grad_norm;
+  s[ops::kAdamWUpdate] = t;
   // Only the inputs: the slots the op writes (sum of squares, grad norm) keep the last update's values.
   scalar_upload_.upload(slot, scalars_.slice_rows(0, ops::kAdamWSumSquares));
 }
@@ -100,6 +102,8 @@ void AdamW::update(Tensor weights, Tensor grads) {
   constants.beta1 = config_.beta1;
   constants.beta2 = config_.beta2;
   constants.eps = config_.eps;
+  constants.stochastic_rounding = recipe_.stochastic_rounding;
+  constants.rounding_seed = config_.rounding_seed;
   ops::adamw_step(ctx_, weights, grads, m_, v_, master_, decay_runs_, scalars_, constants);
 }
 

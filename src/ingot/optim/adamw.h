@@ -20,6 +20,7 @@ struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   double max_grad_norm = 1.0;          // <= 0 disables clipping
   bool decay_norms = false, decay_biases = false, decay_embeddings = false;
+  uint64_t rounding_seed = 0;          // the recipe's stochastic rounding draws from this seed
 };
 
 class AdamW {

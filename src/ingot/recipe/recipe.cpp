@@ -11,6 +11,9 @@ void check_recipe_options(const RecipeOptions& options, const std::string& preci
     INGOT_CHECK(*value == "f32" || (precision != "fp32" && precision != "fp64"), key, " \"", *value,
                 "\" needs precision bf16 (the CUDA recipe); precision ", precision, " keeps every tensor in ", precision);
   }
+  INGOT_CHECK(!options.stochastic_rounding || (precision != "fp32" && precision != "fp64"),
+              "stochastic_rounding: true needs precision bf16 (the CUDA recipe); precision ", precision,
+              " stores nothing in bf16");
 }
 
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options) {
@@ -30,6 +33,7 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
     r.grad = options.grad_dtype == "bf16" ? DType::bf16 : DType::f32;
     r.optimizer_state = options.optimizer_state_dtype == "bf16" ? DType::bf16 : DType::f32;
     r.master_weights = options.master_weights;
+    r.stochastic_rounding = options.stochastic_rounding;
     return r;
   }
   fail("unknown precision \"", precision, "\"; supported: fp32, bf16 (fp64 for tests)");
@@ -38,7 +42,8 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
 std::string describe(const Recipe& r) {
   if (r.name != "bf16") return r.name;  // fp32 / fp64: every tensor in that dtype
   return r.name + " (grads " + std::string(dtype_name(r.grad)) + ", optimizer state " +
-         std::string(dtype_name(r.optimizer_state)) + (r.master_weights ? ", master weights f32)" : ", no master weights)");
+         std::string(dtype_name(r.optimizer_state)) + (r.master_weights ? ", master weights f32" : ", no master weights") +
+         (r.stochastic_rounding ? ", stochastic rounding)" : ")");
 }
 
 }  // namespace ingot

@@ -14,6 +14,7 @@ struct Recipe {
   DType activation = DType::f32;   // saved activations and their gradients
   DType optimizer_state = DType::f32;
   bool master_weights = false;     // f32 master copy updated by the optimizer, param = rounded copy
+  bool stochastic_rounding = false;  // the optimizer's bf16 stores round stochastically (ops.h, adamw_step)
 };
 
 // What a bf16 run may change from the defaults (config keys master_weights, grad_dtype and
@@ -23,6 +24,9 @@ struct RecipeOptions {
   bool master_weights = true;                 // f32 master copy of the weights for the optimizer
   std::string grad_dtype = "f32";             // f32 | bf16: parameter gradients
   std::string optimizer_state_dtype = "f32";  // f32 | bf16: AdamW's m and v (updated in f32, stored rounded)
+  // Round the optimizer's bf16 stores (weights without master, bf16 moments) stochastically
+  // instead of to nearest, so that updates below half a bf16 step are kept in expectation.
+  bool stochastic_rounding = false;
 };
 
 // "fp32" / "fp64" (CPU reference; fp64 is for tests) and "bf16" (CUDA: bf16 weights and
@@ -31,8 +35,8 @@ struct RecipeOptions {
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options = {});
 
 // What make_recipe checks of the options, callable before the device is known (the config parser):
-// each dtype is f32 or bf16, and precision fp32 / fp64 takes only f32 ("auto" checks the values
-// only). Errors name the key and its value.
+// each dtype is f32 or bf16, and precision fp32 / fp64 takes only f32 and no stochastic rounding
+// ("auto" checks the values only). Errors name the key and its value.
 void check_recipe_options(const RecipeOptions& options, const std::string& precision);
 
 // "fp32", or for bf16 "bf16 (grads f32, optimizer state f32, master weights f32)" and the like: for logs.

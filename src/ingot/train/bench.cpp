@@ -76,9 +76,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   Context& ctx = device.get();
   // bench has no --precision: the device picks it, so a bf16-only flag on the CPU is a device error.
   // (Other bad values fall through to make_recipe, whose message names them.)
-  INGOT_CHECK(ctx.device == Device::cuda || (o.recipe.grad_dtype != "bf16" && o.recipe.optimizer_state_dtype != "bf16"),
-              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16 belong to the bf16 recipe, which runs on CUDA "
-              "(--device cuda); the CPU benches fp32");
+  INGOT_CHECK(ctx.device == Device::cuda || (o.recipe.grad_dtype != "bf16" && o.recipe.optimizer_state_dtype != "bf16" &&
+                                               !o.recipe.stochastic_rounding),
+              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16 and --stochastic-rounding belong to the bf16 "
+              "recipe, which runs on CUDA (--device cuda); the CPU benches fp32");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   const int64_t B = o.micro_batch, T = o.seq;
 

@@ -50,7 +50,10 @@ struct TrainConfig {
   bool master_weights = true;        // bf16: keep f32 master weights
   std::string grad_dtype = "f32";             // bf16: f32 | bf16 parameter gradients
   std::string optimizer_state_dtype = "f32";  // bf16: f32 | bf16 AdamW m and v
-  RecipeOptions recipe_options() const { return {master_weights, grad_dtype, optimizer_state_dtype}; }
+  bool stochastic_rounding = false;  // bf16: the optimizer's bf16 stores round stochastically
+  RecipeOptions recipe_options() const {
+    return {master_weights, grad_dtype, optimizer_state_dtype, stochastic_rounding};
+  }
   bool cuda_graph = true;            // CUDA: capture the whole step once and replay it
   std::string recompute = "none";    // none | elementwise | block (model/transformer.h: Recompute)
   int64_t num_threads = 0;           // CPU threads; 0: all cores

@@ -248,6 +248,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   adam.eps = c.adam_epsilon;
   adam.weight_decay = c.weight_decay;
   adam.max_grad_norm = c.max_grad_norm;
+  adam.rounding_seed = c.seed;
   adam.decay_norms = c.weight_decay_norms;
   adam.decay_biases = c.weight_decay_biases;
   adam.decay_embeddings = c.weight_decay_embeddings;

@@ -8,14 +8,18 @@
 //   - f64 params (the fp64 test recipe) update in f64 with every tensor f64. Otherwise the
 //     arithmetic is f32: on the f32 master copy when there is one (params, f32/bf16/f16, receive
 //     its rounded copy), else on params read as f32 and stored rounded; grads f32, bf16 or f16; m
-//     and v both f32 or both bf16, stored rounded after the update has used them.
+//     and v both f32 or both bf16, stored rounded after the update has used them. Rounding is to
+//     nearest, or stochastic for the bf16 stores that carry the update when asked (ops.h), with
+//     the draws of core/stochastic_rounding.h: the same bits as the CUDA twin's.
 //   - The sum of squares adds fixed-size chunks in double in chunk order, so the result is
 //     bit-identical for any thread count.
 #include <algorithm>
-#include <type_traits>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "ingot/core/stochastic_rounding.h"
 #include "ingot/ops/cpu/cpu_common.h"
 
 namespace ingot::cpu {
@@ -35,6 +39,20 @@ struct F16Elem {
   static float load(const void* p, int64_t i) { return f16_to_f32(static_cast<const uint16_t*>(p)[i]); }
   static void store(void* p, int64_t i, float x) { static_cast<uint16_t*>(p)[i] = f32_to_f16(x); }
 };
+
+// E::store, except that a bf16 store with `stochastic` set rounds with the 16 bits `random16`.
+template <typename E>
+void store_rounded(void* p, int64_t i, float x, bool stochastic, uint32_t random16) {
+  if constexpr (std::is_same_v<E, Bf16Elem>) {
+    if (stochastic) {
+      uint32_t bits;
+      std::memcpy(&bits, &x, 4);
+      static_cast<uint16_t*>(p)[i] = bf16_bits_stochastic(bits, random16);
+      return;
+    }
+  }
+  E::store(p, i, x);
+}
 
 template <typename Fn>
 void dispatch_storage(const char* op, const char* name, DType dtype, Fn&& fn) {
@@ -175,6 +193,13 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
               ": m and v must be host tensors");
   INGOT_CHECK((m.dtype == DType::f32 || m.dtype == DType::bf16) && v.dtype == m.dtype, op,
               ": m and v must both be f32 or both bf16, got ", dtype_name(m.dtype), " and ", dtype_name(v.dtype));
+  uint64_t update_number = 0;
+  if (constants.stochastic_rounding) {
+    const double t = s[ops::kAdamWUpdate];
+    INGOT_CHECK(t >= 1 && t < 9.007199254740992e15 && t == std::floor(t), op, ": update number ", t,
+                " (scalars slot kAdamWUpdate) must be a whole number >= 1 with stochastic rounding");
+    update_number = static_cast<uint64_t>(t);
+  }
   float* w = nullptr;
   if (master.present()) {
     detail::check_tensor(op, "master", master, DType::f32);
@@ -190,6 +215,8 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
         const float gs = float(grad_scale), b1 = float(constants.beta1), b2 = float(constants.beta2),
                     step = float(s[ops::kAdamWStepSize]), bc2 = float(s[ops::kAdamWBiasCorrection2]),
                     eps = float(constants.eps);
+        const bool stochastic = constants.stochastic_rounding;
+        const uint64_t stream = stochastic ? rounding_stream(constants.rounding_seed, update_number) : 0;
         // Master or not is decided once, not per element.
         auto update = [&](auto has_master) {
           for (const DecayRange& r : ranges) {
@@ -201,10 +228,15 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
               if constexpr (decltype(has_master)::value) p = w[i];
               else p = float(P::load(params.data, i));
               p = adamw_element<float>(p, float(G::load(grads.data, i)), mi, vi, gs, decay, b1, b2, step, bc2, eps);
-              S::store(m.data, i, mi);
-              S::store(v.data, i, vi);
-              if constexpr (decltype(has_master)::value) w[i] = p;
-              P::store(params.data, i, p);
+              const uint64_t draw = stochastic ? rounding_bits(stream, uint64_t(i)) : 0;
+              store_rounded<S>(m.data, i, mi, stochastic, rounding_draw(draw, RoundingDraw::m));
+              store_rounded<S>(v.data, i, vi, stochastic, rounding_draw(draw, RoundingDraw::v));
+              if constexpr (decltype(has_master)::value) {
+                w[i] = p;
+                P::store(params.data, i, p);  // a copy of master: to nearest
+              } else {
+                store_rounded<P>(params.data, i, p, stochastic, rounding_draw(draw, RoundingDraw::params));
+              }
             }
           }
         };

@@ -6,11 +6,14 @@
 // The per-step scalars are read from device memory (f64, written by the host before the step), so a
 // captured graph replays with new values; clip and divisor are combined in f64 as on the CPU.
 // Dtypes: params bf16 or f32; grads bf16 or f32; m, v both f32 or both bf16 (read as f32, the new
-// values stored rounded to nearest after the update has used them); master (f32) optional: when
-// present the update runs on master and params receive its rounded copy, otherwise on params read
-// as f32.
+// values stored rounded after the update has used them); master (f32) optional: when present the
+// update runs on master and params receive its rounded copy, otherwise on params read as f32.
+// Rounding to bf16 is to nearest, or stochastic for the stores that carry the update (params
+// without master, m, v) when asked, with the CPU twin's draws (core/stochastic_rounding.h).
 #include <cmath>
+#include <type_traits>
 
+#include "ingot/core/stochastic_rounding.h"
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/cuda_ops.h"
 #include "ingot/ops/cuda/device.h"
@@ -41,11 +44,39 @@ __device__ bool decay_range(const int64_t* runs, int n_runs, int64_t n, int64_t 
   return false;
 }
 
+// store_vec, except that bf16 stores with `stochastic` set round with the elements' draws (one
+// 64-bit draw an element, shared by its three stores: core/stochastic_rounding.h).
+template <int VEC, typename T>
+__device__ __forceinline__ void store_vec_rounded(T* p, const float (&f)[VEC], bool stochastic,
+                                                  const uint64_t (&draws)[VEC], RoundingDraw which) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (stochastic) {
+      uint16_t h[VEC];
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) h[k] = bf16_bits_stochastic(__float_as_uint(f[k]), rounding_draw(draws[k], which));
+      if constexpr (VEC == 8) {
+        uint4 u;
+        u.x = h[0] | (uint32_t(h[1]) << 16);
+        u.y = h[2] | (uint32_t(h[3]) << 16);
+        u.z = h[4] | (uint32_t(h[5]) << 16);
+        u.w = h[6] | (uint32_t(h[7]) << 16);
+        *reinterpret_cast<uint4*>(p) = u;
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) reinterpret_cast<uint16_t*>(p)[k] = h[k];
+      }
+      return;
+    }
+  }
+  store_vec<VEC>(p, f);
+}
+
 template <int VEC, typename TP, typename TG, typename TS>
 __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const TG* grad, TS* m, TS* v,
                                                               float* master, int64_t n, const int64_t* runs,
                                                               int n_runs, double* scalars, float beta1,
-                                                              float beta2, float eps) {
+                                                              float beta2, float eps, bool stochastic,
+                                                              uint64_t rounding_seed) {
   const double divisor = scalars[ops::kAdamWGradDivisor];
   const double norm = sqrt(scalars[ops::kAdamWSumSquares]) / divisor;
   const double max_norm = scalars[ops::kAdamWMaxGradNorm];
@@ -55,6 +86,12 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
   const float bc2 = float(scalars[ops::kAdamWBiasCorrection2]);
   const float decay_on = float(scalars[ops::kAdamWDecay]);
   if (blockIdx.x == 0 && threadIdx.x == 0) scalars[ops::kAdamWGradNorm] = norm;
+  // Checked on the host where the CPU twin runs; here a value below 1 (never written) reads as 1.
+  const uint64_t stream =
+      stochastic ? rounding_stream(rounding_seed, uint64_t(fmax(scalars[ops::kAdamWUpdate], 1.0))) : 0;
+  // Only bf16 stores that carry the update draw: m and v, and params without master.
+  const bool draws_needed =
+      stochastic && (std::is_same_v<TS, bf16> || (std::is_same_v<TP, bf16> && master == nullptr));
 
   int64_t lo = 0, hi = 0;
   bool decays = false;
@@ -80,10 +117,19 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
       vv[k] = beta2 * vv[k] + (1.f - beta2) * gk * gk;
       p[k] = p[k] - step_size * mm[k] / (sqrtf(vv[k]) / bc2 + eps);
     }
-    store_vec<VEC>(m + i, mm);
-    store_vec<VEC>(v + i, vv);
-    if (master) store_vec<VEC>(master + i, p);
-    store_vec<VEC>(param + i, p);
+    uint64_t draws[VEC] = {};
+    if (draws_needed) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) draws[k] = rounding_bits(stream, uint64_t(i + k));
+    }
+    store_vec_rounded<VEC>(m + i, mm, stochastic, draws, RoundingDraw::m);
+    store_vec_rounded<VEC>(v + i, vv, stochastic, draws, RoundingDraw::v);
+    if (master) {
+      store_vec<VEC>(master + i, p);
+      store_vec<VEC>(param + i, p);  // a copy of master: to nearest
+    } else {
+      store_vec_rounded<VEC>(param + i, p, stochastic, draws, RoundingDraw::params);
+    }
   }
 }
 
@@ -133,11 +179,11 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
         if (vec)
           adamw_step_kernel<8, TP, TG, TS><<<grid_for(n / 8, kThreads, state), kThreads, 0, state.stream>>>(
               params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
-              n_runs, s, b1, b2, eps);
+              n_runs, s, b1, b2, eps, constants.stochastic_rounding, constants.rounding_seed);
         else
           adamw_step_kernel<1, TP, TG, TS><<<grid_for(n, kThreads, state), kThreads, 0, state.stream>>>(
               params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
-              n_runs, s, b1, b2, eps);
+              n_runs, s, b1, b2, eps, constants.stochastic_rounding, constants.rounding_seed);
         INGOT_LAUNCH_CHECK("adamw_step_kernel");
       });
     });
