@@ -172,19 +172,33 @@ TEST(MemoryPlan, Bf16GradsAndStateHalveTheirBytes) {
   EXPECT_EQ(bf16.activations, f32.activations);
 }
 
-// The trainer's warning for bf16 moments whose 1 - beta is below half a bf16 step (2^-8): one per
-// key concerned, naming it; none with f32 moments or betas up to 0.996.
-TEST(TrainConfig, Bf16MomentWarnings) {
+// The trainer's warnings about rounding to nearest: for bf16 moments whose 1 - beta is below half
+// a bf16 step (2^-8), one per key concerned, naming it, none with f32 moments or betas up to 0.996;
+// for bf16 weights without master, one naming the magnitude above which no weight moves at that
+// learning rate; none of either with stochastic rounding.
+TEST(TrainConfig, Bf16RoundingWarnings) {
   const Recipe bf16_state = make_recipe("bf16", Device::cuda, {true, "f32", "bf16"});
-  EXPECT_TRUE(AdamW::bf16_moment_warnings(make_recipe("bf16", Device::cuda), 0.9, 0.999).empty());
-  EXPECT_TRUE(AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.95).empty());
-  EXPECT_TRUE(AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.996).empty());
-  const std::vector<std::string> w = AdamW::bf16_moment_warnings(bf16_state, 0.9, 0.999);
+  const double lr = 1e-4;
+  EXPECT_TRUE(AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda), 0.9, 0.999, lr).empty());
+  EXPECT_TRUE(AdamW::bf16_rounding_warnings(make_recipe("fp32", Device::cpu), 0.9, 0.999, lr).empty());
+  EXPECT_TRUE(AdamW::bf16_rounding_warnings(bf16_state, 0.9, 0.95, lr).empty());
+  EXPECT_TRUE(AdamW::bf16_rounding_warnings(bf16_state, 0.9, 0.996, lr).empty());
+  const std::vector<std::string> w = AdamW::bf16_rounding_warnings(bf16_state, 0.9, 0.999, lr);
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("adam_beta2 0.999"), std::string::npos) << w[0];
-  const std::vector<std::string> both = AdamW::bf16_moment_warnings(bf16_state, 0.998, 0.999);
+  const std::vector<std::string> both = AdamW::bf16_rounding_warnings(bf16_state, 0.998, 0.999, lr);
   ASSERT_EQ(both.size(), 2u);
   EXPECT_NE(both[0].find("adam_beta1"), std::string::npos) << both[0];
+  const Recipe no_master = make_recipe("bf16", Device::cuda, {false, "f32", "f32"});
+  const std::vector<std::string> weights = AdamW::bf16_rounding_warnings(no_master, 0.9, 0.999, lr);
+  ASSERT_EQ(weights.size(), 1u);
+  for (const char* needle : {"master_weights: false", "0.0512", "stochastic_rounding: true"})
+    EXPECT_NE(weights[0].find(needle), std::string::npos) << weights[0];
+  EXPECT_EQ(AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda, {false, "bf16", "bf16"}), 0.9, 0.999, lr).size(),
+            2u);
+  EXPECT_TRUE(
+      AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda, {false, "bf16", "bf16", true}), 0.9, 0.999, lr)
+          .empty());
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {

@@ -19,15 +19,26 @@ int64_t AdamW::estimate_master_bytes(int64_t numel, const Recipe& recipe) {
   return recipe.master_weights ? numel * 4 : 0;
 }
 
-std::vector<std::string> AdamW::bf16_moment_warnings(const Recipe& recipe, double beta1, double beta2) {
+std::vector<std::string> AdamW::bf16_rounding_warnings(const Recipe& recipe, double beta1, double beta2,
+                                                        double learning_rate) {
   std::vector<std::string> warnings;
-  if (recipe.optimizer_state != DType::bf16) return warnings;
-  for (const auto& [key, beta] : {std::pair{"adam_beta1", beta1}, std::pair{"adam_beta2", beta2}}) {
-    if (1.0 - beta >= 1.0 / 256) continue;
+  if (recipe.stochastic_rounding) return warnings;
+  if (recipe.optimizer_state == DType::bf16) {
+    for (const auto& [key, beta] : {std::pair{"adam_beta1", beta1}, std::pair{"adam_beta2", beta2}}) {
+      if (1.0 - beta >= 1.0 / 256) continue;
+      std::ostringstream message;
+      message << "optimizer_state_dtype bf16 with " << key << " " << beta << ": 1 - " << key
+              << " is below half a bf16 step, so that moment cannot decay once gradients shrink; use " << key
+              << " <= 0.996, optimizer_state_dtype f32 or stochastic_rounding: true";
+      warnings.push_back(message.str());
+    }
+  }
+  if (recipe.param == DType::bf16 && !recipe.master_weights) {
     std::ostringstream message;
-    message << "optimizer_state_dtype bf16 with " << key << " " << beta << ": 1 - " << key
-            << " is below half a bf16 step, so that moment cannot decay once gradients shrink; use " << key
-            << " <= 0.996 or optimizer_state_dtype f32";
+    message << "master_weights: false rounds every update into the bf16 weights: at learning_rate " << learning_rate
+            << " a weight above " << 512 * learning_rate
+            << " in magnitude never moves, and smaller updates are lost too; set stochastic_rounding: true to keep "
+               "them (docs/config.md)";
     warnings.push_back(message.str());
   }
   return warnings;

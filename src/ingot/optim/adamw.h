@@ -47,11 +47,17 @@ class AdamW {
   int64_t master_bytes() const { return master_arena_->capacity(); }
   static int64_t estimate_state_bytes(int64_t numel, const Recipe& recipe);
   static int64_t estimate_master_bytes(int64_t numel, const Recipe& recipe);
-  // Moments stored in bf16 are rounded to nearest after every update, so one whose decay per step
-  // (1 - beta) is below half a bf16 step (at most 2^-8 of its value) cannot shrink: v stops
-  // decaying once gradients get smaller (torch with bf16 parameters does the same). One message
-  // per config key (adam_beta1, adam_beta2) for which that holds; none with f32 moments.
-  static std::vector<std::string> bf16_moment_warnings(const Recipe& recipe, double beta1, double beta2);
+  // What rounding the optimizer's bf16 stores to nearest loses, for the trainer to warn about; none
+  // with the recipe's stochastic rounding, which keeps such changes in expectation.
+  //  - Moments stored in bf16: one whose decay per step (1 - beta) is below half a bf16 step (at
+  //    most 2^-8 of its value) cannot shrink, so v stops decaying once gradients get smaller
+  //    (torch with bf16 parameters does the same). One message per config key (adam_beta1,
+  //    adam_beta2) for which that holds.
+  //  - Weights without a master copy: an AdamW update is at most about the learning rate, so a
+  //    weight above 512 x learning_rate in magnitude (half a bf16 step is at least 2^-9 of it)
+  //    never moves. One message.
+  static std::vector<std::string> bf16_rounding_warnings(const Recipe& recipe, double beta1, double beta2,
+                                                         double learning_rate);
 
   bool decays(const ParamEntry& e) const;
 

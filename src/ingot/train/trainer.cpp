@@ -231,7 +231,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
-  for (const std::string& warning : AdamW::bf16_moment_warnings(recipe, c.adam_beta1, c.adam_beta2))
+  for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
     log << "warning: " << c.source << ": " << warning << "\n";
   check_memory_fits(memory, ctx, device.description(),
                     recipe.name == "bf16"
