@@ -47,6 +47,8 @@ for setting in ("demo", "low"):
             train = [r["loss"] for r in rows if "loss" in r]
             val = [r["val_loss"] for r in rows if r.get("val_loss") is not None]
             tail = train[-50:]
+            if not tail:
+                print(f"| {setting} | {label} | {rounding} | no losses logged | |"); continue
             print(f"| {setting} | {label} | {rounding} | {sum(tail) / len(tail):.4f} | {val[-1]:.4f} |" if val else
                   f"| {setting} | {label} | {rounding} | {sum(tail) / len(tail):.4f} | — |")
 PY

@@ -1126,6 +1126,63 @@ TEST(CpuOps, AdamWStepStochasticRoundingLetsBf16MomentsDecay) {
   EXPECT_NEAR(ratio_stochastic, 1.0, 0.01) << "rounded stochastically, bf16 v follows the f32 v on average";
 }
 
+// The documented draws, bit for bit: one step on bf16 params (no master), bf16 m and v gives, for
+// every element i, each f32 result of the same step on f32 storage rounded by bf16_bits_stochastic
+// with its own 16 bits of rounding_bits(rounding_stream(seed, t), i) (params, m, v: bits 0, 16, 32).
+TEST(CpuOps, AdamWStepStochasticRoundingDrawsTheDocumentedBits) {
+  const int64_t n = 777;
+  const uint64_t seed = 99;
+  const int t = 7;
+  Values p0(n), g0(n), m0(n), v0(n);
+  fill_normal(p0, 61);
+  fill_normal(g0, 62);
+  fill_normal(m0, 63);
+  fill_normal(v0, 64);
+  for (double& x : m0) x *= 0.05;
+  for (double& x : v0) x = 0.01 * x * x;
+  const Values p_bf = round_bf16(p0), m_bf = round_bf16(m0), v_bf = round_bf16(v0);
+  AdamWSetting h;
+  Context ctx = cpu_context(2);
+  DecayRuns decay({{100, 600}});
+  std::vector<float> g(g0.begin(), g0.end());
+  // f32 storage, from the same values.
+  std::vector<float> pf(p_bf.begin(), p_bf.end()), mf(m_bf.begin(), m_bf.end()), vf(v_bf.begin(), v_bf.end());
+  AdamWScalars scalars_f(h, t), scalars_b(h, t);
+  ops::adamw_step(ctx, Tensor(pf.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                  Tensor(mf.data(), DType::f32, Device::cpu, {n}), Tensor(vf.data(), DType::f32, Device::cpu, {n}),
+                  Tensor(), decay.t, scalars_f.t, constants_of(h));
+  // bf16 storage, rounded stochastically.
+  std::vector<uint16_t> pb(n), mb(n), vb(n);
+  for (int64_t i = 0; i < n; ++i) {
+    pb[i] = f32_to_bf16(static_cast<float>(p_bf[i]));
+    mb[i] = f32_to_bf16(static_cast<float>(m_bf[i]));
+    vb[i] = f32_to_bf16(static_cast<float>(v_bf[i]));
+  }
+  ops::AdamWConstants c = constants_of(h);
+  c.stochastic_rounding = true;
+  c.rounding_seed = seed;
+  ops::adamw_step(ctx, Tensor(pb.data(), DType::bf16, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
+                  Tensor(mb.data(), DType::bf16, Device::cpu, {n}), Tensor(vb.data(), DType::bf16, Device::cpu, {n}),
+                  Tensor(), decay.t, scalars_b.t, c);
+  const uint64_t stream = rounding_stream(seed, t);
+  auto expected = [&](float x, int64_t i, int shift) {  // the slice written out, not RoundingDraw's
+    uint32_t bits;
+    std::memcpy(&bits, &x, 4);
+    return bf16_bits_stochastic(bits, static_cast<uint32_t>(rounding_bits(stream, uint64_t(i)) >> shift) & 0xffffu);
+  };
+  int64_t bad_p = 0, bad_m = 0, bad_v = 0, not_nearest = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad_p += pb[i] != expected(pf[i], i, 0);
+    bad_m += mb[i] != expected(mf[i], i, 16);
+    bad_v += vb[i] != expected(vf[i], i, 32);
+    not_nearest += pb[i] != f32_to_bf16(pf[i]);
+  }
+  EXPECT_EQ(bad_p, 0) << "params";
+  EXPECT_EQ(bad_m, 0) << "m";
+  EXPECT_EQ(bad_v, 0) << "v";
+  EXPECT_GT(not_nearest, n / 10) << "the params must not all be rounded to nearest";
+}
+
 // The draws are a function of (seed, update number, element) only: two runs agree bit for bit at
 // 1 and 3 threads; another seed, or another update number, rounds differently; with a master copy
 // the bf16 params stay its copy rounded to nearest (only the stores that carry the update draw).
@@ -1168,16 +1225,17 @@ TEST(CpuOps, AdamWStepStochasticRoundingIsAFunctionOfSeedUpdateAndElement) {
   for (int64_t i = 0; i < n; ++i) not_nearest += with_master.p[i] != f32_to_bf16(with_master.master[i]);
   EXPECT_EQ(not_nearest, 0) << "with a master copy the params are its copy rounded to nearest";
   EXPECT_TRUE(with_master.m == a.m && with_master.v == a.v) << "the moments draw the same with or without master";
-  // The update number is checked where stochastic rounding needs it.
+  // The update number is checked where stochastic rounding draws (bf16 moments here).
   Context ctx = cpu_context(1);
-  std::vector<float> p(n, 0.f), g(n, 0.f), m(n, 0.f), v(n, 0.f);
+  std::vector<float> p(n, 0.f), g(n, 0.f);
+  std::vector<uint16_t> m(n, 0), v(n, 0);
   ops::AdamWConstants c = constants_of(h);
   c.stochastic_rounding = true;
   AdamWScalars scalars(h, 1);
   scalars.s[ops::kAdamWUpdate] = 0;
   expect_error_naming([&] {
     ops::adamw_step(ctx, Tensor(p.data(), DType::f32, Device::cpu, {n}), Tensor(g.data(), DType::f32, Device::cpu, {n}),
-                    Tensor(m.data(), DType::f32, Device::cpu, {n}), Tensor(v.data(), DType::f32, Device::cpu, {n}),
+                    Tensor(m.data(), DType::bf16, Device::cpu, {n}), Tensor(v.data(), DType::bf16, Device::cpu, {n}),
                     Tensor(), decay.t, scalars.t, c);
   }, {"update number 0", "kAdamWUpdate"}, "update number 0");
 }

@@ -135,6 +135,10 @@ TEST(TrainConfig, StochasticRounding) {
   const Recipe r = make_recipe(c.precision, Device::cuda, c.recipe_options());
   EXPECT_TRUE(r.stochastic_rounding);
   EXPECT_NE(describe(r).find("stochastic rounding"), std::string::npos) << describe(r);
+  // With master weights and f32 moments nothing is rounded stochastically, and the log does not say so.
+  const Recipe nothing_to_round = make_recipe("bf16", Device::cuda, {true, "f32", "f32", true});
+  EXPECT_FALSE(rounds_stochastically(nothing_to_round));
+  EXPECT_EQ(describe(nothing_to_round).find("stochastic"), std::string::npos) << describe(nothing_to_round);
   auto message = [](const std::function<void()>& fn) {
     try {
       fn();
@@ -192,13 +196,22 @@ TEST(TrainConfig, Bf16RoundingWarnings) {
   const Recipe no_master = make_recipe("bf16", Device::cuda, {false, "f32", "f32"});
   const std::vector<std::string> weights = AdamW::bf16_rounding_warnings(no_master, 0.9, 0.999, lr);
   ASSERT_EQ(weights.size(), 1u);
-  for (const char* needle : {"master_weights: false", "0.0512", "stochastic_rounding: true"})
+  for (const char* needle : {"master_weights: false", "above 0.03125 ", "stochastic_rounding: true"})
     EXPECT_NE(weights[0].find(needle), std::string::npos) << weights[0];
   EXPECT_EQ(AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda, {false, "bf16", "bf16"}), 0.9, 0.999, lr).size(),
             2u);
   EXPECT_TRUE(
       AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda, {false, "bf16", "bf16", true}), 0.9, 0.999, lr)
           .empty());
+  // 2^(floor(log2 lr) + 9): at 1e-5, 2^-8.
+  const std::vector<std::string> low = AdamW::bf16_rounding_warnings(no_master, 0.9, 0.95, 1e-5);
+  ASSERT_EQ(low.size(), 1u);
+  EXPECT_NE(low[0].find("above 0.00390625 "), std::string::npos) << low[0];
+  // Stochastic rounding with nothing to round says so.
+  const std::vector<std::string> no_op =
+      AdamW::bf16_rounding_warnings(make_recipe("bf16", Device::cuda, {true, "f32", "f32", true}), 0.9, 0.999, lr);
+  ASSERT_EQ(no_op.size(), 1u);
+  EXPECT_NE(no_op[0].find("has no effect"), std::string::npos) << no_op[0];
 }
 
 TEST(TrainConfig, EveryKeyIsDocumented) {

@@ -117,7 +117,8 @@ enum AdamWSlot : int {
   kAdamWDecay,            // 1 - lr*wd, applied to elements inside decay_runs (others: 1)
   kAdamWGradDivisor,      // grads hold the gradient of a loss SUM over this many terms
   kAdamWMaxGradNorm,      // clip threshold on the mean-loss gradient's norm; <= 0: no clipping
-  kAdamWUpdate,           // t, the 1-based update number: stochastic rounding's counter (read only then)
+  kAdamWUpdate,           // t, the 1-based update number: stochastic rounding's counter (read only then;
+                          // the CPU refuses t < 1, CUDA, which cannot check without a sync, reads it as 1)
   kAdamWSumSquares,       // written by the op: sum(grad^2)
   kAdamWGradNorm,         // written by the op: sqrt(sum(grad^2)) / divisor, before clipping
   kAdamWSlots

@@ -22,7 +22,12 @@ int64_t AdamW::estimate_master_bytes(int64_t numel, const Recipe& recipe) {
 std::vector<std::string> AdamW::bf16_rounding_warnings(const Recipe& recipe, double beta1, double beta2,
                                                         double learning_rate) {
   std::vector<std::string> warnings;
-  if (recipe.stochastic_rounding) return warnings;
+  if (recipe.stochastic_rounding) {
+    if (!rounds_stochastically(recipe))
+      warnings.push_back("stochastic_rounding: true has no effect with master_weights: true and optimizer_state_dtype "
+                         "f32: no store of the update is in bf16");
+    return warnings;
+  }
   if (recipe.optimizer_state == DType::bf16) {
     for (const auto& [key, beta] : {std::pair{"adam_beta1", beta1}, std::pair{"adam_beta2", beta2}}) {
       if (1.0 - beta >= 1.0 / 256) continue;
@@ -33,12 +38,14 @@ std::vector<std::string> AdamW::bf16_rounding_warnings(const Recipe& recipe, dou
       warnings.push_back(message.str());
     }
   }
-  if (recipe.param == DType::bf16 && !recipe.master_weights) {
+  if (recipe.param == DType::bf16 && !recipe.master_weights && learning_rate > 0) {
+    // Half a bf16 step is 2^(e-8) on [2^e, 2^(e+1)): above 2^(floor(log2 lr) + 9) it exceeds lr.
+    const double above = std::ldexp(1.0, static_cast<int>(std::floor(std::log2(learning_rate))) + 9);
     std::ostringstream message;
     message << "master_weights: false rounds every update into the bf16 weights: at learning_rate " << learning_rate
-            << " a weight above " << 512 * learning_rate
-            << " in magnitude never moves, and smaller updates are lost too; set stochastic_rounding: true to keep "
-               "them (docs/config.md)";
+            << " an update of that size is lost on every weight above " << above
+            << " in magnitude (half a bf16 step there is larger), and AdamW's updates are mostly smaller; set "
+               "stochastic_rounding: true to keep them (docs/config.md)";
     warnings.push_back(message.str());
   }
   return warnings;
@@ -113,7 +120,7 @@ void AdamW::update(Tensor weights, Tensor grads) {
   constants.beta1 = config_.beta1;
   constants.beta2 = config_.beta2;
   constants.eps = config_.eps;
-  constants.stochastic_rounding = recipe_.stochastic_rounding;
+  constants.stochastic_rounding = rounds_stochastically(recipe_);
   constants.rounding_seed = config_.rounding_seed;
   ops::adamw_step(ctx_, weights, grads, m_, v_, master_, decay_runs_, scalars_, constants);
 }

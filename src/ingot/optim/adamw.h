@@ -48,14 +48,14 @@ class AdamW {
   static int64_t estimate_state_bytes(int64_t numel, const Recipe& recipe);
   static int64_t estimate_master_bytes(int64_t numel, const Recipe& recipe);
   // What rounding the optimizer's bf16 stores to nearest loses, for the trainer to warn about; none
-  // with the recipe's stochastic rounding, which keeps such changes in expectation.
+  // with the recipe's stochastic rounding, which keeps such changes in expectation (instead, one
+  // message if that option has nothing to round).
   //  - Moments stored in bf16: one whose decay per step (1 - beta) is below half a bf16 step (at
   //    most 2^-8 of its value) cannot shrink, so v stops decaying once gradients get smaller
   //    (torch with bf16 parameters does the same). One message per config key (adam_beta1,
   //    adam_beta2) for which that holds.
-  //  - Weights without a master copy: an AdamW update is at most about the learning rate, so a
-  //    weight above 512 x learning_rate in magnitude (half a bf16 step is at least 2^-9 of it)
-  //    never moves. One message.
+  //  - Weights without a master copy: an update of the learning rate's size is lost on every weight
+  //    above 2^(floor(log2 lr) + 9) in magnitude, where half a bf16 step is larger. One message.
   static std::vector<std::string> bf16_rounding_warnings(const Recipe& recipe, double beta1, double beta2,
                                                          double learning_rate);
 

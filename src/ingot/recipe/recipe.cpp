@@ -39,11 +39,15 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
   fail("unknown precision \"", precision, "\"; supported: fp32, bf16 (fp64 for tests)");
 }
 
+bool rounds_stochastically(const Recipe& r) {
+  return r.stochastic_rounding && (r.optimizer_state == DType::bf16 || (r.param == DType::bf16 && !r.master_weights));
+}
+
 std::string describe(const Recipe& r) {
   if (r.name != "bf16") return r.name;  // fp32 / fp64: every tensor in that dtype
   return r.name + " (grads " + std::string(dtype_name(r.grad)) + ", optimizer state " +
          std::string(dtype_name(r.optimizer_state)) + (r.master_weights ? ", master weights f32" : ", no master weights") +
-         (r.stochastic_rounding ? ", stochastic rounding)" : ")");
+         (rounds_stochastically(r) ? ", stochastic rounding)" : ")");
 }
 
 }  // namespace ingot

@@ -39,7 +39,13 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
 // ("auto" checks the values only). Errors name the key and its value.
 void check_recipe_options(const RecipeOptions& options, const std::string& precision);
 
-// "fp32", or for bf16 "bf16 (grads f32, optimizer state f32, master weights f32)" and the like: for logs.
+// Whether the optimizer rounds any store stochastically: stochastic_rounding is set and some store
+// carries an update in bf16 (weights without master, or bf16 moments). With master weights and
+// f32 moments the option changes nothing.
+bool rounds_stochastically(const Recipe& recipe);
+
+// "fp32", or for bf16 "bf16 (grads f32, optimizer state f32, master weights f32)" and the like
+// (", stochastic rounding" where rounds_stochastically): for logs.
 std::string describe(const Recipe& recipe);
 
 }  // namespace ingot

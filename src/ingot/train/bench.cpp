@@ -81,6 +81,9 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
               "ingot bench: --grad-dtype / --optimizer-state-dtype bf16 and --stochastic-rounding belong to the bf16 "
               "recipe, which runs on CUDA (--device cuda); the CPU benches fp32");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
+  INGOT_CHECK(!recipe.stochastic_rounding || rounds_stochastically(recipe),
+              "ingot bench: --stochastic-rounding rounds the bf16 stores of the update, and with master weights and f32 "
+              "moments there are none: add --no-master-weights or --optimizer-state-dtype bf16");
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);

@@ -57,7 +57,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"precision", "auto", "auto (cpu: fp32, cuda: bf16), fp32 or bf16"},
       {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},
       {"grad_dtype", "f32", "bf16: f32 or bf16 parameter gradients (bf16 sums micro-batches and LM-head chunks in bf16)"},
-      {"optimizer_state_dtype", "f32", "bf16: f32 or bf16 AdamW moments (updated in f32, stored rounded to nearest)"},
+      {"optimizer_state_dtype", "f32", "bf16: f32 or bf16 AdamW moments (updated in f32, stored rounded to nearest, or stochastically with stochastic_rounding)"},
       {"stochastic_rounding", "false", "bf16: round the optimizer's bf16 stores (weights without master, bf16 moments) stochastically instead of to nearest"},
       {"cuda_graph", "true", "CUDA: capture the whole training step as one CUDA graph and replay it"},
       {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},

@@ -172,7 +172,7 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   const std::string now = has_recipe ? describe(recipe) : recipe.name;
   if (!was.empty() && was != now)
     changes.push_back("the checkpoint was trained with precision " + was + ", this run uses " + now +
-                      ": weights and AdamW moments are converted");
+                      ": weights and AdamW moments are converted where their dtypes differ");
   auto compare = [&](const char* key, const nlohmann::json& value) {
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
