@@ -1034,6 +1034,32 @@ TEST(StochasticRounding, AllDrawsTogetherAverageToTheValue) {
   EXPECT_TRUE(std::isnan(bf16_to_f32(nan))) << std::hex << nan;
 }
 
+// The draws behind the rounding (rounding_bits: one splitmix64 per group of 8 elements, spread per
+// element): over 2^16 elements of one stream, each 16-bit slice (params, m, v) fills 16 equal bins
+// evenly (chi-square, 15 degrees of freedom, below 50: p < 1e-5 for uniform draws), and the
+// correlation between neighbouring elements' slices, and between one element's slices, stays
+// within 0.02 (5 standard deviations at this count).
+TEST(StochasticRounding, DrawsLookUniformAndUncorrelated) {
+  constexpr int64_t n = 1 << 16;
+  const uint64_t stream = rounding_stream(3, 17);
+  std::vector<uint64_t> draws(n);
+  for (int64_t i = 0; i < n; ++i) draws[size_t(i)] = rounding_bits(stream, uint64_t(i));
+  auto slice = [&](int64_t i, int which) { return double((draws[size_t(i)] >> (16 * which)) & 0xffff) / 65535.0 - 0.5; };
+  for (int which = 0; which < 3; ++which) {
+    std::vector<double> bins(16, 0.0);
+    for (int64_t i = 0; i < n; ++i) bins[size_t((draws[size_t(i)] >> (16 * which + 12)) & 15)] += 1;
+    double chi2 = 0;
+    for (double b : bins) chi2 += (b - n / 16.0) * (b - n / 16.0) / (n / 16.0);
+    EXPECT_LT(chi2, 50.0) << "slice " << which;
+    double neighbours = 0, within = 0;
+    for (int64_t i = 0; i + 1 < n; ++i) neighbours += slice(i, which) * slice(i + 1, which);
+    for (int64_t i = 0; i < n; ++i) within += slice(i, which) * slice(i, (which + 1) % 3);
+    // Each product has variance 1/144 for independent uniform slices; the correlation is its sum over n/12.
+    EXPECT_LT(std::fabs(neighbours / (n / 12.0)), 0.02) << "slice " << which << ", neighbouring elements";
+    EXPECT_LT(std::fabs(within / (n / 12.0)), 0.02) << "slices " << which << " and " << (which + 1) % 3;
+  }
+}
+
 // AdamW on bf16 weights without a master copy, at a learning rate below half a bf16 step of the
 // weights (1.0, whose step below is 2^-8): rounded to nearest, every update is lost and no weight
 // ever moves; rounded stochastically, the weights' mean follows the f32 run. Constant gradients

@@ -12,14 +12,29 @@
 
 namespace ingot {
 
-// The stream of update `update` (1-based), and 64 random bits for element `index` of it: one draw
-// gives the 16 bits each of the three stores of an element (params, m, v) need. The tag ("rounding"
-// in ASCII) keeps these streams apart from rng.h's initialisation streams of the same seed.
+// The stream of update `update` (1-based). The tag ("rounding" in ASCII) keeps these streams apart
+// from rng.h's initialisation streams of the same seed.
 constexpr uint64_t kRoundingStreamTag = 0x726f756e64696e67ull;
 INGOT_HOST_DEVICE inline uint64_t rounding_stream(uint64_t seed, uint64_t update) {
   return splitmix64(seed ^ kRoundingStreamTag ^ splitmix64(update));
 }
-INGOT_HOST_DEVICE inline uint64_t rounding_bits(uint64_t stream, uint64_t index) { return splitmix64(stream + index); }
+
+// 64 random bits for element `index` of a stream; one such draw gives the 16 bits each of an
+// element's three stores (params, m, v) need. Elements come in groups of 8 (index >> 3): a group
+// takes one splitmix64, and each element spreads it with its lane (index & 7): an xor with the
+// lane's own constant (splitmix64 of the lane), one 64-bit multiply and an xorshift. One
+// splitmix64 an element made the CUDA update compute-bound (docs/perf.md); the CUDA kernel's
+// 8-element chunks are these groups, so the lanes' constants fold at compile time. (An additive
+// lane offset instead of the xor left neighbouring elements' draws correlated at about 0.5:
+// StochasticRounding.DrawsLookUniformAndUncorrelated.)
+INGOT_HOST_DEVICE inline uint64_t rounding_group_bits(uint64_t stream, uint64_t group) { return splitmix64(stream + group); }
+INGOT_HOST_DEVICE inline uint64_t rounding_lane_bits(uint64_t group_bits, uint32_t lane) {
+  const uint64_t x = (group_bits ^ splitmix64(lane)) * 0xd6e8feb86659fd93ull;
+  return x ^ (x >> 32);
+}
+INGOT_HOST_DEVICE inline uint64_t rounding_bits(uint64_t stream, uint64_t index) {
+  return rounding_lane_bits(rounding_group_bits(stream, index >> 3), static_cast<uint32_t>(index & 7));
+}
 
 // f32 bits -> bf16 bits. Adding 16 random bits below bf16's last place carries into it with
 // probability (the 16 dropped bits) / 2^16; in the sign-magnitude layout that rounds away from

@@ -119,8 +119,13 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
     }
     uint64_t draws[VEC] = {};
     if (draws_needed) {
+      if constexpr (VEC == 8) {  // i is a multiple of 8: the chunk is one group of rounding_bits
+        const uint64_t group = rounding_group_bits(stream, uint64_t(i) >> 3);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) draws[k] = rounding_bits(stream, uint64_t(i + k));
+        for (int k = 0; k < VEC; ++k) draws[k] = rounding_lane_bits(group, uint32_t(k));
+      } else {
+        draws[0] = rounding_bits(stream, uint64_t(i));
+      }
     }
     store_vec_rounded<VEC>(m + i, mm, stochastic, draws, RoundingDraw::m);
     store_vec_rounded<VEC>(v + i, vv, stochastic, draws, RoundingDraw::v);
