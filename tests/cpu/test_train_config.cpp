@@ -19,6 +19,16 @@ using namespace ingot;
 
 static const char* kMinimal = "model_config: cfg.json\ntrain_data: data\n";
 
+// The message of the ingot::Error that fn throws, or "no error".
+static std::string error_message(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(TrainConfig, DefaultsAndOverrides) {
   const TrainConfig c = parse_train_config(kMinimal, "x.yaml", {"learning_rate=1e-3", "train_data=[a, b]"});
   EXPECT_DOUBLE_EQ(c.learning_rate, 1e-3);
@@ -104,25 +114,17 @@ TEST(TrainConfig, GradAndOptimizerStateDtypes) {
   EXPECT_EQ(defaults.grad, DType::f32);
   EXPECT_EQ(defaults.optimizer_state, DType::f32);
   EXPECT_TRUE(defaults.master_weights);
-  auto message = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string bad_value = message([] { parse_train_config(std::string(kMinimal) + "grad_dtype: fp8\n", "bad.yaml"); });
+  const std::string bad_value = error_message([] { parse_train_config(std::string(kMinimal) + "grad_dtype: fp8\n", "bad.yaml"); });
   for (const char* needle : {"bad.yaml", "grad_dtype", "fp8"})
     EXPECT_NE(bad_value.find(needle), std::string::npos) << bad_value;
-  const std::string on_fp32 = message([] {
+  const std::string on_fp32 = error_message([] {
     parse_train_config(std::string(kMinimal) + "precision: fp32\noptimizer_state_dtype: bf16\n", "bad.yaml");
   });
   for (const char* needle : {"bad.yaml", "optimizer_state_dtype", "fp32"})
     EXPECT_NE(on_fp32.find(needle), std::string::npos) << on_fp32;
-  const std::string recipe_fp32 = message([] { make_recipe("fp32", Device::cpu, {true, "bf16", "f32"}); });
+  const std::string recipe_fp32 = error_message([] { make_recipe("fp32", Device::cpu, {true, "bf16", "f32"}); });
   EXPECT_NE(recipe_fp32.find("grad_dtype"), std::string::npos) << recipe_fp32;
-  const std::string recipe_bad = message([] { make_recipe("bf16", Device::cuda, {true, "f32", "f16"}); });
+  const std::string recipe_bad = error_message([] { make_recipe("bf16", Device::cuda, {true, "f32", "f16"}); });
   EXPECT_NE(recipe_bad.find("optimizer_state_dtype"), std::string::npos) << recipe_bad;
 }
 
@@ -139,20 +141,12 @@ TEST(TrainConfig, StochasticRounding) {
   const Recipe nothing_to_round = make_recipe("bf16", Device::cuda, {true, "f32", "f32", true});
   EXPECT_FALSE(rounds_stochastically(nothing_to_round));
   EXPECT_EQ(describe(nothing_to_round).find("stochastic"), std::string::npos) << describe(nothing_to_round);
-  auto message = [](const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
-  const std::string on_fp32 = message([] {
+  const std::string on_fp32 = error_message([] {
     parse_train_config(std::string(kMinimal) + "precision: fp32\nstochastic_rounding: true\n", "bad.yaml");
   });
   for (const char* needle : {"bad.yaml", "stochastic_rounding", "fp32"})
     EXPECT_NE(on_fp32.find(needle), std::string::npos) << on_fp32;
-  const std::string bad_value = message([] {
+  const std::string bad_value = error_message([] {
     parse_train_config(std::string(kMinimal) + "stochastic_rounding: sometimes\n", "bad.yaml");
   });
   for (const char* needle : {"bad.yaml", "stochastic_rounding", "sometimes"})
