@@ -146,3 +146,62 @@ TEST(TrainStep, OverwrittenGradientsEqualZeroedAndAccumulated) {
         << config.model_type << ": after a second, accumulated micro-batch";
   }
 }
+
+// The optimizer hands adamw_step its rounding seed (AdamWConfig::rounding_seed, the trainer's
+// `seed`) and the update number (scalars slot kAdamWUpdate): three AdamW::step calls on bf16
+// weights and moments with a recipe that rounds stochastically equal, bit for bit, the op called
+// by hand with that seed and t = 1, 2, 3; another seed rounds differently.
+TEST(TrainStep, AdamWPassesTheRoundingSeedAndUpdateNumber) {
+  Context ctx;
+  ctx.num_threads = 1;
+  Recipe recipe;  // the bf16 recipe's storage, on the CPU op (make_recipe keeps bf16 for CUDA)
+  recipe.name = "bf16";
+  recipe.param = recipe.activation = recipe.optimizer_state = DType::bf16;
+  recipe.master_weights = false;
+  recipe.stochastic_rounding = true;
+  const int64_t n = 256;
+  ParamEntry entry;
+  entry.name = "w";
+  entry.shape = {16, 16};
+  entry.numel = n;
+  std::vector<uint16_t> w0(n);
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w0[i] = f32_to_bf16(0.5f + 0.001f * static_cast<float>(i % 13));
+    g[i] = 0.01f * static_cast<float>(i % 7 - 3);
+  }
+  const double lr = 1e-4;
+  const Tensor grads(g.data(), DType::f32, Device::cpu, {n});
+  auto via_optimizer = [&](uint64_t seed) {
+    std::vector<uint16_t> w = w0;
+    const Tensor weights(w.data(), DType::bf16, Device::cpu, {n});
+    AdamWConfig config;
+    config.rounding_seed = seed;
+    AdamW optimizer({entry}, recipe, ctx, config, weights);
+    for (int64_t t = 1; t <= 3; ++t) optimizer.step(weights, grads, lr, t);
+    return w;
+  };
+  std::vector<uint16_t> w = w0, m(n, 0), v(n, 0);
+  const AdamWConfig defaults;
+  ops::AdamWConstants constants;
+  constants.stochastic_rounding = true;
+  constants.rounding_seed = 21;
+  std::vector<int64_t> runs = {0, n};  // a matrix takes weight decay (0 by default)
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<double> s(ops::kAdamWSlots, 0.0);
+    s[ops::kAdamWStepSize] = lr / (1.0 - std::pow(defaults.beta1, t));
+    s[ops::kAdamWBiasCorrection2] = std::sqrt(1.0 - std::pow(defaults.beta2, t));
+    s[ops::kAdamWDecay] = 1.0 - lr * defaults.weight_decay;
+    s[ops::kAdamWGradDivisor] = 1.0;
+    s[ops::kAdamWMaxGradNorm] = defaults.max_grad_norm;
+    s[ops::kAdamWUpdate] = t;
+    ops::adamw_step(ctx, Tensor(w.data(), DType::bf16, Device::cpu, {n}), grads,
+                    Tensor(m.data(), DType::bf16, Device::cpu, {n}), Tensor(v.data(), DType::bf16, Device::cpu, {n}),
+                    Tensor(), Tensor(runs.data(), DType::i64, Device::cpu, {1, 2}),
+                    Tensor(s.data(), DType::f64, Device::cpu, {int64_t{ops::kAdamWSlots}}), constants);
+  }
+  const std::vector<uint16_t> seed21 = via_optimizer(21);
+  EXPECT_TRUE(seed21 == w) << "AdamW::step against the op with seed 21 and t = 1, 2, 3";
+  EXPECT_TRUE(seed21 != w0) << "the weights must move";
+  EXPECT_TRUE(via_optimizer(22) != seed21) << "another seed must round differently";
+}
