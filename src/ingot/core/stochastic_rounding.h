@@ -45,6 +45,13 @@ INGOT_HOST_DEVICE inline uint16_t bf16_bits_stochastic(uint32_t f32_bits, uint32
   return static_cast<uint16_t>((f32_bits + (random16 & 0xffffu)) >> 16);
 }
 
+// Whether an AdamW update draws at all: stochastic rounding asked for, and some store that carries
+// the update is bf16 (the moments, or the params without a master copy, which otherwise receive
+// master's copy rounded to nearest). The one rule for the recipe, the CPU op and the CUDA op.
+inline bool adamw_draws(bool stochastic_rounding, bool moments_bf16, bool params_bf16, bool has_master) {
+  return stochastic_rounding && (moments_bf16 || (params_bf16 && !has_master));
+}
+
 // Which 16 bits of an element's draw each store takes.
 enum class RoundingDraw : int { params = 0, m = 16, v = 32 };
 INGOT_HOST_DEVICE inline uint32_t rounding_draw(uint64_t bits, RoundingDraw which) {

@@ -1,6 +1,7 @@
 #include "ingot/recipe/recipe.h"
 
 #include "ingot/core/error.h"
+#include "ingot/core/stochastic_rounding.h"
 
 namespace ingot {
 
@@ -40,7 +41,7 @@ Recipe make_recipe(const std::string& precision, Device device, const RecipeOpti
 }
 
 bool rounds_stochastically(const Recipe& r) {
-  return r.stochastic_rounding && (r.optimizer_state == DType::bf16 || (r.param == DType::bf16 && !r.master_weights));
+  return adamw_draws(r.stochastic_rounding, r.optimizer_state == DType::bf16, r.param == DType::bf16, r.master_weights);
 }
 
 std::string describe(const Recipe& r) {

@@ -193,11 +193,10 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
               ": m and v must be host tensors");
   INGOT_CHECK((m.dtype == DType::f32 || m.dtype == DType::bf16) && v.dtype == m.dtype, op,
               ": m and v must both be f32 or both bf16, got ", dtype_name(m.dtype), " and ", dtype_name(v.dtype));
-  // Draws only where a bf16 store carries the update (as the CUDA twin): m and v, or params without master.
-  const bool draws = constants.stochastic_rounding &&
-                     (m.dtype == DType::bf16 || (params.dtype == DType::bf16 && !master.present()));
+  const bool stochastic = adamw_draws(constants.stochastic_rounding, m.dtype == DType::bf16,
+                                      params.dtype == DType::bf16, master.present());
   uint64_t update_number = 0;
-  if (draws) {
+  if (stochastic) {
     const double t = s[ops::kAdamWUpdate];
     INGOT_CHECK(t >= 1 && t < 9.007199254740992e15 && t == std::floor(t), op, ": update number ", t,
                 " (scalars slot kAdamWUpdate) must be a whole number >= 1 with stochastic rounding");
@@ -218,7 +217,6 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
         const float gs = float(grad_scale), b1 = float(constants.beta1), b2 = float(constants.beta2),
                     step = float(s[ops::kAdamWStepSize]), bc2 = float(s[ops::kAdamWBiasCorrection2]),
                     eps = float(constants.eps);
-        const bool stochastic = draws;
         const uint64_t stream = stochastic ? rounding_stream(constants.rounding_seed, update_number) : 0;
         // Master or not is decided once, not per element.
         auto update = [&](auto has_master) {

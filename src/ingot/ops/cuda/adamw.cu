@@ -44,8 +44,8 @@ __device__ bool decay_range(const int64_t* runs, int n_runs, int64_t n, int64_t 
   return false;
 }
 
-// store_vec, except that bf16 stores with `stochastic` set round with the elements' draws (one
-// 64-bit draw an element, shared by its three stores: core/stochastic_rounding.h).
+// store_vec, except that bf16 stores of an update that draws (adamw_draws) round with the
+// elements' draws (one 64-bit draw an element, shared by its three stores: core/stochastic_rounding.h).
 template <int VEC, typename T>
 __device__ __forceinline__ void store_vec_rounded(T* p, const float (&f)[VEC], bool stochastic,
                                                   const uint64_t (&draws)[VEC], RoundingDraw which) {
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
                                                               float* master, int64_t n, const int64_t* runs,
                                                               int n_runs, double* scalars, float beta1,
                                                               float beta2, float eps, bool stochastic,
-                                                              uint64_t rounding_seed) {
+                                                              uint64_t rounding_seed) {  // stochastic: adamw_draws
   const double divisor = scalars[ops::kAdamWGradDivisor];
   const double norm = sqrt(scalars[ops::kAdamWSumSquares]) / divisor;
   const double max_norm = scalars[ops::kAdamWMaxGradNorm];
@@ -89,9 +89,6 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
   // Checked on the host where the CPU twin runs; here a value below 1 (never written) reads as 1.
   const uint64_t stream =
       stochastic ? rounding_stream(rounding_seed, uint64_t(fmax(scalars[ops::kAdamWUpdate], 1.0))) : 0;
-  // Only bf16 stores that carry the update draw: m and v, and params without master.
-  const bool draws_needed =
-      stochastic && (std::is_same_v<TS, bf16> || (std::is_same_v<TP, bf16> && master == nullptr));
 
   int64_t lo = 0, hi = 0;
   bool decays = false;
@@ -118,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) adamw_step_kernel(TP* param, const T
       p[k] = p[k] - step_size * mm[k] / (sqrtf(vv[k]) / bc2 + eps);
     }
     uint64_t draws[VEC] = {};
-    if (draws_needed) {
+    if (stochastic) {
       if constexpr (VEC == 8) {  // i is a multiple of 8: the chunk is one group of rounding_bits
         const uint64_t group = rounding_group_bits(stream, uint64_t(i) >> 3);
 #pragma unroll
@@ -175,6 +172,8 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
                    aligned16(v.data) && (!w || aligned16(w));
   const int n_runs = static_cast<int>(decay_runs.dim(0));
   const float b1 = float(constants.beta1), b2 = float(constants.beta2), eps = float(constants.eps);
+  const bool stochastic = adamw_draws(constants.stochastic_rounding, m.dtype == DType::bf16,
+                                      params.dtype == DType::bf16, master.present());
   dispatch_float(params.dtype, op, [&](auto p_tag) {
     using TP = decltype(p_tag);
     dispatch_float(grads.dtype, op, [&](auto g_tag) {
@@ -184,11 +183,11 @@ void adamw_step(Context& ctx, Tensor params, Tensor grads, Tensor m, Tensor v, T
         if (vec)
           adamw_step_kernel<8, TP, TG, TS><<<grid_for(n / 8, kThreads, state), kThreads, 0, state.stream>>>(
               params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
-              n_runs, s, b1, b2, eps, constants.stochastic_rounding, constants.rounding_seed);
+              n_runs, s, b1, b2, eps, stochastic, constants.rounding_seed);
         else
           adamw_step_kernel<1, TP, TG, TS><<<grid_for(n, kThreads, state), kThreads, 0, state.stream>>>(
               params.ptr<TP>(), grads.ptr<TG>(), m.ptr<TS>(), v.ptr<TS>(), w, n, decay_runs.ptr<int64_t>(),
-              n_runs, s, b1, b2, eps, constants.stochastic_rounding, constants.rounding_seed);
+              n_runs, s, b1, b2, eps, stochastic, constants.rounding_seed);
         INGOT_LAUNCH_CHECK("adamw_step_kernel");
       });
     });
