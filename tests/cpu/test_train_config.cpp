@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/ops/cuda/attention_cudnn.h"  // plain C++: the split arithmetic only
 #include "ingot/optim/adamw.h"
 #include "ingot/optim/lr_schedule.h"
 #include "ingot/recipe/recipe.h"
@@ -168,6 +169,43 @@ TEST(MemoryPlan, Bf16GradsAndStateHalveTheirBytes) {
   EXPECT_EQ(bf16.master, 0);
   EXPECT_EQ(bf16.params, f32.params);
   EXPECT_EQ(bf16.activations, f32.activations);
+}
+
+// How cuDNN's deterministic attention backward is split to fit a workspace limit (the arithmetic
+// of attention_cudnn.h; the CUDA test BackwardSplitsToFitTheWorkspaceLimit runs it): whole calls
+// while they fit, then fewer rows (divisors of B), then one row and fewer kv heads (divisors of Hkv),
+// then nothing.
+TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
+  constexpr int64_t GiB = int64_t{1} << 30;
+  using cuda::cudnn_backward_split;
+  EXPECT_EQ(cuda::cudnn_backward_workspace_bytes(4, 4096, 32), 4 * GiB);  // Llama-3.2-1B at 4 x 4096
+  struct Want {
+    int64_t B, T, Hq, Hkv, limit, rows, kv_heads, calls;
+  };
+  for (const Want& w : {Want{4, 4096, 32, 8, 4 * GiB, 4, 8, 1},
+                        Want{4, 4096, 32, 8, 4 * GiB - 1, 2, 8, 2},
+                        Want{4, 4096, 32, 8, 3 * GiB, 2, 8, 2},  // 3 rows do not divide 4
+                        Want{4, 4096, 32, 8, GiB, 1, 8, 4},
+                        Want{4, 4096, 32, 8, GiB - 1, 1, 4, 8},
+                        Want{3, 4096, 32, 8, 2 * GiB, 1, 8, 3},
+                        Want{1, 32768, 32, 8, 64 * GiB, 1, 8, 1},  // 2 GiB a head at 32768
+                        Want{1, 32768, 32, 8, 40 * GiB, 1, 4, 2},
+                        Want{1, 32768, 32, 8, 20 * GiB, 1, 2, 4},  // 3 kv heads do not divide 8
+                        Want{1, 32768, 32, 8, 8 * GiB, 1, 1, 8},   // one kv head, its 4 query heads
+                        Want{1, 32768, 32, 8, 8 * GiB - 1, 0, 0, 0},
+                        Want{2, 1024, 8, 8, 0, 0, 0, 0}}) {
+    const cuda::CudnnBackwardSplit split = cudnn_backward_split(w.B, w.T, w.Hq, w.Hkv, w.limit);
+    const std::string what = std::to_string(w.B) + " x " + std::to_string(w.T) + ", limit " + std::to_string(w.limit);
+    EXPECT_EQ(split.rows, w.rows) << what;
+    EXPECT_EQ(split.kv_heads, w.kv_heads) << what;
+    EXPECT_EQ(split.fits(), w.rows > 0) << what;
+    if (!split.fits()) continue;
+    EXPECT_EQ(split.calls(w.B, w.Hkv), w.calls) << what;
+    EXPECT_LE(split.workspace_bytes(w.T, w.Hq, w.Hkv), w.limit) << what;
+    EXPECT_EQ(split.workspace_bytes(w.T, w.Hq, w.Hkv) * split.calls(w.B, w.Hkv),
+              cuda::cudnn_backward_workspace_bytes(w.B, w.T, w.Hq))
+        << what << ": the slices cover the whole";
+  }
 }
 
 // The trainer's warnings about rounding to nearest: for bf16 moments whose 1 - beta is below half

@@ -16,7 +16,8 @@
 // Perf mode: INGOT_CUDA_PERF=1 ./ingot_cuda_tests --gtest_filter='CudaAttention*Perf*' prints the
 // median time and TFLOP/s (causal: fwd 2*2*B*Hq*T*T*D/2, bwd 2.5x fwd) of each path: Perf at B=4,
 // T=4096 for the Llama-3.2-1B, Qwen3-0.6B and Qwen2.5-0.5B attention shapes; PerfShortSequences
-// at 64..2048 tokens; PerfPackedRows on packed rows at Llama-3.2-1B's heads (each test's comment).
+// at 64..2048 tokens; PerfPackedRows on packed rows at Llama-3.2-1B's heads; PerfBackwardSplit the
+// backward in several cuDNN calls at long sequences (each test's comment).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -413,23 +414,42 @@ TEST_F(CudaAttention, NonPositiveScaleTakesTheCudaCoreKernels) {
 }
 
 // Whole rows whose cuDNN backward workspace (B x Hq x T x T bf16) is above the limit a training
-// run sets from its memory plan take the tensor-core backward; the forward stays on cuDNN.
-TEST_F(CudaAttention, BackwardOverTheWorkspaceLimitAvoidsCudnn) {
+// run sets from its memory plan run the backward as several cuDNN calls over slices of the rows and
+// kv heads, with the one call's bits (heads and rows are independent); where not even one row's one
+// kv-head group fits, on the tensor-core kernels. The forward stays on cuDNN throughout.
+TEST_F(CudaAttention, BackwardSplitsToFitTheWorkspaceLimit) {
   if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
-  const int64_t B = 1, T = 2048, Hq = 8, Hkv = 2, D = 64;
-  ASSERT_EQ(cuda::cudnn_backward_workspace_bytes(B, T, Hq), int64_t{64} << 20);
+  const int64_t B = 2, T = 1024, Hq = 8, Hkv = 2, D = 64;
+  constexpr int64_t MiB = int64_t{1} << 20;
+  ASSERT_EQ(cuda::cudnn_backward_workspace_bytes(B, T, Hq), 32 * MiB);
   struct RestoreLimit {
     ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
   } restore;
   const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 61);
-  for (const auto& [limit, path] : {std::pair<int64_t, const char*>{int64_t{32} << 20, "mma"},
-                                    {int64_t{64} << 20, "cudnn"},
-                                    {std::numeric_limits<int64_t>::max(), "cudnn"}}) {
-    cuda::set_cudnn_backward_workspace_limit(limit);
+  ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+  ASSERT_STREQ(cuda::attention_last_path(), "cudnn");
+  poison(dqkv);
+  ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
+  ASSERT_STREQ(cuda::attention_last_path(), "cudnn");
+  const auto one_call = download_bytes(dqkv);
+  const Floats one_call_values = download(dqkv);
+  struct Case {
+    int64_t limit;
+    const char* path;
+  };
+  // 32 MiB: one call; 16 MiB: a row a call; 8 MiB: a row and a kv head (4 query heads) a call;
+  // 4 MiB: nothing fits.
+  for (const Case& c : {Case{32 * MiB, "cudnn"}, Case{16 * MiB, "cudnn-split"}, Case{8 * MiB, "cudnn-split"},
+                        Case{4 * MiB, "mma"}}) {
+    cuda::set_cudnn_backward_workspace_limit(c.limit);
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
     EXPECT_STREQ(cuda::attention_last_path(), "cudnn");
+    poison(dqkv);
     ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-    EXPECT_STREQ(cuda::attention_last_path(), path) << "limit " << limit;
+    EXPECT_STREQ(cuda::attention_last_path(), c.path) << "limit " << c.limit / MiB << " MiB";
+    const std::string what = "dqkv at a limit of " + std::to_string(c.limit / MiB) + " MiB";
+    EXPECT_TRUE(close(download(dqkv), one_call_values, kTolBf16, what));
+    if (std::strcmp(c.path, "mma") != 0) EXPECT_TRUE(download_bytes(dqkv) == one_call) << what << ": not the one call's bits";
   }
 }
 
@@ -673,6 +693,57 @@ TEST_F(CudaAttention, PerfPackedRows) {
 
 // Does cuDNN's deterministic backward pay for grouped kv heads? Llama-3.2-1B's attention at
 // 4096 x 4 with its 8 kv heads against the same 32 query heads with 32 kv heads (MHA).
+// The backward split into several cuDNN calls (BackwardSplitsToFitTheWorkspaceLimit) against one
+// call and against the tensor-core kernels, at the lengths where the one call's workspace gets
+// large: Llama-3.2-1B's heads (32/8/64) at 4 x 4096 (4 GiB) and 1 x 16384 (16 GiB), Llama-3-8B's
+// (32/8/128) at 1 x 32768 (64 GiB). Backward ms, median of 5.
+TEST_F(CudaAttention, PerfBackwardSplit) {
+  if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  struct RestoreLimit {
+    ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
+  } restore;
+  struct Shape {
+    const char* heads;
+    int64_t B, T, Hq, Hkv, D;
+  };
+  const Shape shapes[] = {{"Llama-3.2-1B", 4, 4096, 32, 8, 64},
+                          {"Llama-3.2-1B", 1, 16384, 32, 8, 64},
+                          {"Llama-3-8B", 1, 32768, 32, 8, 128}};
+  std::printf("attention backward split on %s (ms, TFLOP/s causal):\n", cuda::device_name().c_str());
+  std::printf("| heads        | B x T     | slice (rows x kv heads) | calls | workspace GiB | bwd ms  | TFLOP/s |\n");
+  for (const Shape& s : shapes) {
+    const double scale = 1.0 / std::sqrt(double(s.D));
+    const auto [qkv, dout, out, lse, dqkv] = random_problem(s.B, s.T, s.Hq, s.Hkv, s.D, 81);
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+    const double flops = 2.5 * 4.0 * s.B * s.Hq * double(s.T) * s.T * s.D / 2;
+    std::vector<int64_t> limits;  // every split, largest first, then 0 (the tensor-core kernels)
+    for (int64_t limit = cuda::cudnn_backward_workspace_bytes(s.B, s.T, s.Hq);;) {
+      const cuda::CudnnBackwardSplit split = cuda::cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, limit);
+      if (!split.fits()) break;
+      limits.push_back(split.workspace_bytes(s.T, s.Hq, s.Hkv));
+      limit = limits.back() - 1;
+    }
+    limits.push_back(0);
+    for (const int64_t limit : limits) {
+      cuda::set_cudnn_backward_workspace_limit(limit);
+      const double ms = median_ms(state_, [&] {
+        ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
+      }, 2, 5);
+      const std::string path = cuda::attention_last_path();
+      const cuda::CudnnBackwardSplit split = cuda::cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, limit);
+      char slice[64];
+      if (split.fits())
+        std::snprintf(slice, sizeof(slice), "%ld x %ld (%s)", long(split.rows), long(split.kv_heads), path.c_str());
+      else
+        std::snprintf(slice, sizeof(slice), "%s", (path == "mma" ? cuda::attention_mma_kernels() : path).c_str());
+      std::printf("| %-12s | %ld x %-5ld | %-23s | %5ld | %13.2f | %7.2f | %7.1f |\n", s.heads, long(s.B), long(s.T),
+                  slice, long(split.fits() ? split.calls(s.B, s.Hkv) : 0), double(limit) / (1 << 30), ms,
+                  flops / (ms * 1e-3) / 1e12);
+    }
+  }
+}
+
 TEST_F(CudaAttention, PerfGroupedVsFullKvHeads) {
   if (!perf_mode()) GTEST_SKIP() << "set INGOT_CUDA_PERF=1 to run perf mode";
   const int64_t B = 4, T = 4096, Hq = 32, D = 64;

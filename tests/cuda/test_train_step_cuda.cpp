@@ -6,12 +6,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "ingot/model/transformer.h"
+#include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/optim/adamw.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/train_step.h"
 #include "cuda_test_util.h"
 
@@ -82,7 +85,6 @@ void expect_identical(const RunResult& a, const RunResult& b, const char* what) 
   EXPECT_TRUE(a.master == b.master) << what << ": master weights differ";
 }
 
-}  // namespace
 
 TEST(CudaTrainStep, GraphReplayAndRecomputeMatchEagerBitwise) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
@@ -133,3 +135,62 @@ TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
     EXPECT_FALSE(graph.weights == reference.weights) << "the recipes must differ somewhere";
   }
 }
+
+// The memory plan against the device's free memory (fit_attention_workspace): with Llama-3-8B's
+// heads at 1 x 32768, one cuDNN backward call needs a 64 GiB workspace. Made to fit beside a plan
+// whose other categories leave room for it, for a 16 GiB slice, for no slice, and for nothing at
+// all, the plan keeps the whole workspace, shrinks it to the slice (the limit follows), drops it
+// for the tensor-core kernels, or leaves the refusal to check_memory_fits.
+TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
+  test::CudaContext cuda_ctx;
+  struct RestoreLimit {
+    ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
+  } restore;
+  constexpr int64_t GiB = int64_t{1} << 30;
+  const TrainingMemory::Attention a{1, 32768, 32, 8, 128, false};
+  auto scratch = [&](int64_t limit) {
+    return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, limit);
+  };
+  const int64_t without = scratch(0), whole = scratch(std::numeric_limits<int64_t>::max()) - without;
+  const int64_t slice16 = scratch(16 * GiB) - without;
+  ASSERT_GT(whole, 64 * GiB);
+  // A plan whose params leave `room` bytes of free memory for the attention's scratch.
+  auto plan_with_room = [&](int64_t room) {
+    TrainingMemory m;
+    m.attention = a;
+    m.scratch = without + whole;
+    m.attention_workspace = whole;
+    m.params = cuda::device_memory_free() - without - room;
+    return m;
+  };
+  {
+    TrainingMemory m = plan_with_room(whole + GiB);
+    EXPECT_EQ(fit_attention_workspace(m, cuda_ctx.ctx), "");
+    EXPECT_EQ(m.attention_workspace, whole);
+    EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), std::numeric_limits<int64_t>::max());
+  }
+  {
+    TrainingMemory m = plan_with_room(slice16 + GiB);  // 16 GiB slices fit, 32 GiB ones do not
+    const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
+    EXPECT_NE(note.find("in 4 calls of 1 row(s) x 8 heads"), std::string::npos) << note;
+    EXPECT_EQ(m.attention_workspace, slice16);
+    EXPECT_EQ(m.scratch, without + slice16);
+    EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 16 * GiB);
+    EXPECT_LE(m.total(), cuda::device_memory_free());
+  }
+  {
+    TrainingMemory m = plan_with_room(GiB);  // not even one kv head's 8 GiB
+    const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
+    EXPECT_NE(note.find("tensor-core kernels"), std::string::npos) << note;
+    EXPECT_EQ(m.attention_workspace, 0);
+    EXPECT_EQ(m.scratch, without);
+    EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 0);
+  }
+  {
+    TrainingMemory m = plan_with_room(-GiB);  // does not fit without any workspace either
+    EXPECT_EQ(fit_attention_workspace(m, cuda_ctx.ctx), "");
+    EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 0);
+  }
+}
+
+}  // namespace

@@ -17,6 +17,15 @@
 
 namespace ingot {
 
+#ifdef INGOT_HAVE_CUDA
+namespace {
+// The attention's scratch with cuDNN's backward workspace within limit (0: the tensor-core kernels).
+int64_t attention_scratch(const TrainingMemory::Attention& a, int64_t limit) {
+  return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, limit);
+}
+}  // namespace
+#endif
+
 std::string TrainingMemory::summary() const {
   return "params " + format_bytes(params) + " | grads " + format_bytes(grads) + " | master " + format_bytes(master) +
          " | optimizer " + format_bytes(optimizer) + " | activations " + format_bytes(activations) + " | scratch " +
@@ -37,9 +46,10 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   (void)packed_rows;  // only the CUDA scratch depends on it
 #ifdef INGOT_HAVE_CUDA
   if (device == Device::cuda) {
-    const int64_t Hq = config.num_attention_heads, D = config.head_dim;  // head_dim: set by the config parser
-    const int64_t without = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, D, packed_rows, false);
-    const int64_t with = cuda::attention_scratch_estimate(micro_batch, seq_len, Hq, D, packed_rows, true);
+    m.attention = {micro_batch, seq_len, config.num_attention_heads, config.num_key_value_heads,
+                   config.head_dim /* set by the config parser */, packed_rows};
+    const int64_t without = attention_scratch(m.attention, 0);
+    const int64_t with = attention_scratch(m.attention, std::numeric_limits<int64_t>::max());
     m.attention_workspace = with - without;
     m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes + with;
   }
@@ -55,15 +65,37 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
     cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
     return "";
   }
-  const int64_t dropped = memory.attention_workspace;
-  memory.scratch -= dropped;
+  const TrainingMemory::Attention& a = memory.attention;
+  const int64_t whole = memory.attention_workspace;
+  const int64_t rest = memory.total() - whole;
+  const int64_t without = attention_scratch(a, 0);
+  // The slices from largest to smallest, until one fits beside the rest of the plan.
+  for (int64_t limit = cuda::cudnn_backward_workspace_bytes(a.B, a.T, a.Hq) - 1;;) {
+    const cuda::CudnnBackwardSplit split = cuda::cudnn_backward_split(a.B, a.T, a.Hq, a.Hkv, limit);
+    if (!split.fits()) break;
+    const int64_t slice_workspace = split.workspace_bytes(a.T, a.Hq, a.Hkv);
+    const int64_t needed = attention_scratch(a, slice_workspace) - without;
+    if (rest + needed <= free_bytes) {
+      memory.scratch += needed - whole;
+      memory.attention_workspace = needed;
+      cuda::set_cudnn_backward_workspace_limit(slice_workspace);
+      return "attention backward on cuDNN in " + std::to_string(split.calls(a.B, a.Hkv)) + " calls of " +
+             std::to_string(split.rows) + " row(s) x " + std::to_string(split.kv_heads * (a.Hq / a.Hkv)) +
+             " heads (" + format_bytes(needed) + " of scratch): one call would need " + format_bytes(whole) +
+             ", which does not fit";
+    }
+    limit = slice_workspace - 1;
+  }
+  memory.scratch -= whole;
   memory.attention_workspace = 0;
   cuda::set_cudnn_backward_workspace_limit(0);
   // A run that does not fit even so stops at check_memory_fits, whose message then gives the
   // smaller total; a note about a fallback that never runs would only mislead.
   if (memory.total() > free_bytes) return "";
-  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(dropped) +
-         " of workspace, which does not fit";
+  const int64_t smallest = attention_scratch(a, cuda::cudnn_backward_workspace_bytes(1, a.T, a.Hq / a.Hkv)) - without;
+  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(smallest) +
+         " of scratch even one row's one kv-head group at a time (" + format_bytes(whole) +
+         " in one call), which does not fit";
 #else
   (void)memory;
   (void)ctx;

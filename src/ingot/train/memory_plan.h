@@ -14,6 +14,11 @@ namespace ingot {
 struct TrainingMemory {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0, activations = 0, scratch = 0;
   int64_t attention_workspace = 0;  // cuDNN's attention backward workspace, counted in scratch
+  // The attention the workspace serves (CUDA only): rows, length, heads, head size.
+  struct Attention {
+    int64_t B = 0, T = 0, Hq = 0, Hkv = 0, D = 0;
+    bool packed_rows = false;
+  } attention;
   int64_t total() const { return params + grads + master + optimizer + activations + scratch; }
   // "params X | grads X | master X | optimizer X | activations X | scratch X | total X"
   std::string summary() const;
@@ -26,9 +31,12 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
                                         Recompute recompute = Recompute::none, bool packed_rows = false);
 
 // CUDA: when the plan exceeds the device's free memory and cuDNN's attention backward workspace
-// is part of it, drops that workspace from the plan and has the attention backward run on the
-// tensor-core kernels instead (slower, no workspace); otherwise lets cuDNN take it. Returns a note
-// for the log when dropping the workspace makes the run fit, else "". Call before check_memory_fits.
+// is part of it, shrinks that workspace to the largest slice of the backward that fits (cuDNN then
+// runs the backward in several calls, cudnn_backward_split in attention_cudnn.h), or, where not even
+// one row's one kv-head group fits, drops it and has the backward run on the tensor-core kernels
+// (slower, no workspace). Otherwise lets cuDNN take the backward in one call. Returns a note for the
+// log when it shrank or dropped the workspace and the run then fits, else "". Call before
+// check_memory_fits.
 std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx);
 
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU

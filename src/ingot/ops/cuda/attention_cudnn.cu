@@ -55,22 +55,21 @@ std::atomic<int64_t> g_cudnn_backward_workspace_limit{std::numeric_limits<int64_
 }
 
 void set_cudnn_backward_workspace_limit(int64_t bytes) { g_cudnn_backward_workspace_limit = bytes; }
-int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * T * T * 2; }
-bool cudnn_backward_workspace_fits(int64_t B, int64_t T, int64_t Hq) {
-  return cudnn_backward_workspace_bytes(B, T, Hq) <= g_cudnn_backward_workspace_limit.load();
-}
+int64_t cudnn_backward_workspace_limit() { return g_cudnn_backward_workspace_limit.load(); }
 
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows,
-                                   bool cudnn_backward) {
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
+                                   int64_t cudnn_workspace_limit) {
   const int64_t rows = B * Hq * T;
   const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
   if (!attention_cudnn_compiled()) return kernels;
   if (packed_rows)  // the documents forward: table, dense stats, tile ranges (its plan needs no workspace)
     return std::max(kernels, document_table_bytes(int(B), int(T)) + document_stats_bytes(int(B), int(T), Hq) +
                                  attention_mma_forward_scratch_bytes(B, T));
-  if (!cudnn_backward) return kernels;
-  // The workspace's T x T matrix, a f32 (B, Hq, T, D) accumulator and 16 MiB for the rest.
-  return std::max(kernels, cudnn_backward_workspace_bytes(B, T, Hq) + rows * D * 4 + (int64_t(16) << 20));
+  const CudnnBackwardSplit split = cudnn_backward_split(B, T, Hq, Hkv, cudnn_workspace_limit);
+  if (!split.fits()) return kernels;
+  // One call's T x T matrices, the fast variant's f32 (B, Hq, T, D) dQ accumulator (never split)
+  // and 16 MiB for the rest.
+  return std::max(kernels, split.workspace_bytes(T, Hq, Hkv) + rows * D * 4 + (int64_t(16) << 20));
 }
 
 AttentionMode attention_mode() {
@@ -401,19 +400,26 @@ class GraphBuilder {
 
 // documents: B counts documents (slots of attention_documents.h), not rows; each starts where its
 // ragged offset says, T bounds its length and the padding mask cuts it to its seq_len.
+// A slice of the heads (the split backward) keeps the strides of the whole tensors: stored_Hq and
+// stored_Hkv are the heads the storage holds, Hq and Hkv the heads this graph computes.
 struct Geometry {
   int64_t B, T, Hq, Hkv, D;
   bool documents = false;
-  int64_t Htot() const { return Hq + 2 * Hkv; }
+  int64_t stored_Hq = Hq, stored_Hkv = Hkv;
+  int64_t stored_Htot() const { return stored_Hq + 2 * stored_Hkv; }  // heads a token of the storage holds
   // Q/K/V (and dQ/dK/dV) heads inside packed (B,T,Htot,D): (B,H,T,D) view.
-  Dims packed_strides() const { return {T * Htot() * D, D, Htot() * D, 1}; }
+  Dims packed_strides() const { return {T * stored_Htot() * D, D, stored_Htot() * D, 1}; }
   // K^T / V^T: (B,Hkv,D,T) view of the same storage.
-  Dims packed_transposed_strides() const { return {T * Htot() * D, D, 1, Htot() * D}; }
+  Dims packed_transposed_strides() const { return {T * stored_Htot() * D, D, 1, stored_Htot() * D}; }
   // out / dout (B,T,Hq,D) as (B,Hq,T,D).
-  Dims out_strides() const { return {T * Hq * D, D, Hq * D, 1}; }
+  Dims out_strides() const { return {T * stored_Hq * D, D, stored_Hq * D, 1}; }
+  // lse (B,Hq,T) as stats (B,Hq,T,1).
+  Dims stats_strides() const { return {stored_Hq * T, T, 1, 1}; }
   std::string describe() const {
-    return std::string(documents ? "documents=" : "B=") + std::to_string(B) + " T=" + std::to_string(T) +
-           " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+    std::string text = std::string(documents ? "documents=" : "B=") + std::to_string(B) + " T=" + std::to_string(T) +
+                       " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+    if (Hq != stored_Hq) text += " of Hq=" + std::to_string(stored_Hq) + " Hkv=" + std::to_string(stored_Hkv);
+    return text;
   }
 };
 
@@ -468,7 +474,7 @@ void build_forward(GraphBuilder& g, const Geometry& s) {
   TensorRef kt = g.tensor(kK, kBf16, kvdims_t, s.packed_transposed_strides(), false, false, false, docs.qkv());
   TensorRef v = g.tensor(kV, kBf16, vdims, s.packed_strides(), false, false, false, docs.qkv());
   TensorRef o = g.tensor(kO, kBf16, qdims, s.out_strides(), false, false, false, docs.out());
-  TensorRef stats = g.tensor(kStats, kF32, rowdims, contiguous(rowdims), false);  // dense even for documents
+  TensorRef stats = g.tensor(kStats, kF32, rowdims, s.stats_strides(), false);  // dense even for documents
   TensorRef scale = g.scalar(kScale), lowest = g.scalar(kLowest);
 
   TensorRef scores = g.virtual_tensor(kF32, sdims);
@@ -499,7 +505,7 @@ void build_backward(GraphBuilder& g, const Geometry& s, Variant variant) {
   TensorRef vt = g.tensor(kV, kBf16, kvdims_t, s.packed_transposed_strides(), false);
   TensorRef o = g.tensor(kO, kBf16, qdims, s.out_strides(), false);
   TensorRef dout = g.tensor(kdO, kBf16, qdims, s.out_strides(), false);
-  TensorRef stats = g.tensor(kStats, kF32, rowdims, contiguous(rowdims), false);
+  TensorRef stats = g.tensor(kStats, kF32, rowdims, s.stats_strides(), false);
   TensorRef dq = g.tensor(kdQ, kBf16, qdims, s.packed_strides(), false);
   TensorRef dk = g.tensor(kdK, kBf16, kvdims, s.packed_strides(), false);
   TensorRef dv = g.tensor(kdV, kBf16, kvdims, s.packed_strides(), false);
@@ -574,7 +580,7 @@ struct Plan {
 struct Cache {
   std::mutex mutex;
   std::map<int, cudnnHandle_t> handles;
-  std::map<std::array<int64_t, 9>, Plan> plans;
+  std::map<std::array<int64_t, 11>, Plan> plans;
 };
 Cache& cache() {
   static Cache* c = new Cache();
@@ -592,8 +598,8 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
     if (st != CUDNN_STATUS_SUCCESS) fail("cuDNN error: cudnnCreate failed: ", cudnnGetErrorString(st));
   }
   *handle_out = handle;
-  const std::array<int64_t, 9> key{int64_t(state.device), backward ? 1 : 0, int64_t(variant),
-                                   s.B, s.T, s.Hq, s.Hkv, s.D, s.documents ? 1 : 0};
+  const std::array<int64_t, 11> key{int64_t(state.device), backward ? 1 : 0, int64_t(variant),
+                                    s.B, s.T, s.Hq, s.Hkv, s.D, s.documents ? 1 : 0, s.stored_Hq, s.stored_Hkv};
   auto it = c.plans.find(key);
   if (it != c.plans.end()) return it->second;
   INGOT_CHECK(!state.capturing, "attention (cuDNN): no plan for this shape yet, and a plan cannot be "
@@ -704,20 +710,40 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
     return false;
   CudaState& state = state_of(ctx, op);
   const Variant variant = requested_variant();
-  if (variant == Variant::deterministic && !cudnn_backward_workspace_fits(s.B, s.T, s.Hq)) return false;
+  // The fast variant keeps no T x T matrix: one call. The deterministic one in slices whose
+  // workspace is within the limit.
+  const CudnnBackwardSplit split = variant == Variant::fast
+                                       ? CudnnBackwardSplit{s.B, s.Hkv}
+                                       : cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, cudnn_backward_workspace_limit());
+  if (!split.fits()) return false;
+  const int64_t group = s.Hq / s.Hkv;
+  // Each slice's lse starts (rows * Hq + heads) * T floats in; cuDNN wants 16-byte alignment.
+  if ((split.rows * s.Hq * s.T) % 4 != 0 || (split.kv_heads * group * s.T) % 4 != 0) return false;
+  Geometry slice = s;
+  slice.B = split.rows;
+  slice.Hkv = split.kv_heads;
+  slice.Hq = split.kv_heads * group;
   cudnnHandle_t handle = nullptr;
-  const Plan& plan = plan_for(state, true, s, variant, &handle);
+  const Plan& plan = plan_for(state, true, slice, variant, &handle);
   if (!plan.plan) return false;
-  bf16* base = qkv.ptr<bf16>();
-  bf16* dbase = dqkv.ptr<bf16>();
-  const int64_t k_off = s.Hq * s.D, v_off = (s.Hq + s.Hkv) * s.D;
   float scale_f = float(scale), lowest = std::numeric_limits<float>::lowest(), one = 1.f;
-  execute(state, handle, plan,
-          {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kScale, kLowest, kOne},
-          {base, base + k_off, base + v_off, out.data, dout.data, lse.data, dbase, dbase + k_off,
-           dbase + v_off, &scale_f, &lowest, &one},
-          op);
-  attention_set_last_path(variant == Variant::deterministic ? "cudnn" : "cudnn-fast");
+  const int64_t D = s.D, T = s.T, Htot = s.stored_Htot();
+  for (int64_t b = 0; b < s.B; b += split.rows)
+    for (int64_t kv = 0; kv < s.Hkv; kv += split.kv_heads) {
+      const int64_t q_head = kv * group;
+      // Element offsets of this slice's first row and heads in qkv/dqkv, out/dout and lse.
+      const int64_t packed = b * T * Htot * D, q_off = packed + q_head * D, k_off = packed + (s.Hq + kv) * D,
+                    v_off = packed + (s.Hq + s.Hkv + kv) * D;
+      const int64_t out_off = (b * T * s.Hq + q_head) * D, lse_off = (b * s.Hq + q_head) * T;
+      bf16 *base = qkv.ptr<bf16>(), *dbase = dqkv.ptr<bf16>();
+      execute(state, handle, plan, {kQ, kK, kV, kO, kdO, kStats, kdQ, kdK, kdV, kScale, kLowest, kOne},
+              {base + q_off, base + k_off, base + v_off, out.ptr<bf16>() + out_off, dout.ptr<bf16>() + out_off,
+               lse.ptr<float>() + lse_off, dbase + q_off, dbase + k_off, dbase + v_off, &scale_f, &lowest, &one},
+              op);
+    }
+  attention_set_last_path(variant == Variant::fast ? "cudnn-fast"
+                          : split.calls(s.B, s.Hkv) == 1 ? "cudnn"
+                                                          : "cudnn-split");
   return true;
 }
 
@@ -770,7 +796,7 @@ DocumentScratch document_scratch(CudaState& state, const Geometry& rows, const P
       scratch_buffer(state, d.offset + std::max(mma_bytes, plan_scratch_bytes(plan)), op));
   d.table = document_table_at(base, int(rows.B), int(rows.T));
   d.stats = reinterpret_cast<float*>(base + table_bytes);
-  build_document_table(state, d.table, segment_ids, rows.Htot() * rows.D, rows.Hq * rows.D);
+  build_document_table(state, d.table, segment_ids, rows.stored_Htot() * rows.D, rows.Hq * rows.D);
   return d;
 }
 

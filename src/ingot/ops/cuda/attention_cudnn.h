@@ -34,29 +34,56 @@ enum class AttentionMode {
 };
 AttentionMode attention_mode();
 
-// "cudnn", "cudnn-fast" (backward only), "cudnn+mma", "mma" or "kernels": the path the last attention call on
-// this thread took ("none" before any call).
+// "cudnn", "cudnn-split" (backward only: several calls, cudnn_backward_split), "cudnn-fast" (backward
+// only), "cudnn+mma", "mma" or "kernels": the path the last attention call on this thread took
+// ("none" before any call).
 const char* attention_last_path();
 void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
 
 // cuDNN's deterministic backward keeps a B x Hq x T x T bf16 matrix in its workspace (measured in
-// cuDNN 9.14): 4 GiB at 4 x 4096 x 32 heads, 64 GiB at 1 x 32768. Where that workspace is above
-// the limit set here, the backward of whole rows runs on the tensor-core kernels instead (about
-// 2x cuDNN's time, no workspace). Process-wide; unlimited until set. A training run sets it from
-// its memory plan (memory_plan.h, fit_attention_workspace): 0 when the workspace would not fit.
+// cuDNN 9.14): 4 GiB at 4 x 4096 x 32 heads, 64 GiB at 1 x 32768. Batch rows and kv-head groups are
+// independent, so where one call's workspace would be above the limit set here, the backward of
+// whole rows runs as several cuDNN calls over slices of the rows and of the kv heads (each kv head
+// with its query heads): the largest slices within the limit (cudnn_backward_split). Only where
+// not even one row's one kv-head group fits does it run on the tensor-core kernels (no workspace,
+// slower). Process-wide; unlimited until set. A training run sets it from its memory plan
+// (memory_plan.h, fit_attention_workspace).
 void set_cudnn_backward_workspace_limit(int64_t bytes);
-bool cudnn_backward_workspace_fits(int64_t B, int64_t T, int64_t Hq);
-int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq);  // B * Hq * T * T * 2
+int64_t cudnn_backward_workspace_limit();
+inline int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * T * T * 2; }
 
-// Scratch bytes an attention step over (B, T) rows of Hq heads of size D needs at most, for the
-// memory plan before anything is allocated. Whole rows with cudnn_backward: above all cuDNN's
-// deterministic backward workspace (4226 MiB measured at 4 x 4096 x 32 heads of 64, where this
-// gives 4240 MiB). Otherwise (whole rows on the tensor-core backward, or packed rows): the
-// documents forward's table and dense stats, or the tensor-core backward's delta, whichever is
-// larger.
-int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t D, bool packed_rows,
-                                   bool cudnn_backward);
+// One cuDNN backward call's slice: `rows` batch rows by `kv_heads` kv heads, each with its
+// Hq / Hkv query heads.
+struct CudnnBackwardSplit {
+  int64_t rows = 0, kv_heads = 0;
+  bool fits() const { return rows > 0; }
+  int64_t calls(int64_t B, int64_t Hkv) const { return (B / rows) * (Hkv / kv_heads); }
+  int64_t workspace_bytes(int64_t T, int64_t Hq, int64_t Hkv) const {
+    return cudnn_backward_workspace_bytes(rows, T, kv_heads * (Hq / Hkv));
+  }
+};
+
+// The largest slices of a (B, T, Hq, Hkv) backward whose workspace is within limit_bytes, all of
+// one size (one plan serves every call): every kv head and the most rows that divide B; else one
+// row and the most kv heads that divide Hkv; else {0, 0} (nothing fits).
+inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t limit_bytes) {
+  for (int64_t rows = B; rows >= 1; --rows)
+    if (B % rows == 0 && cudnn_backward_workspace_bytes(rows, T, Hq) <= limit_bytes) return {rows, Hkv};
+  for (int64_t kv_heads = Hkv - 1; kv_heads >= 1; --kv_heads)
+    if (Hkv % kv_heads == 0 && cudnn_backward_workspace_bytes(1, T, kv_heads * (Hq / Hkv)) <= limit_bytes)
+      return {1, kv_heads};
+  return {};
+}
+
+// Scratch bytes an attention step over (B, T) rows of Hq query and Hkv kv heads of size D needs at
+// most, for the memory plan before anything is allocated. Whole rows whose backward takes cuDNN
+// with its workspace within cudnn_workspace_limit (cudnn_backward_split): above all that
+// workspace (4226 MiB measured at 4 x 4096 x 32 heads of 64 in one call, where this gives 4240
+// MiB). Otherwise (whole rows on the tensor-core backward, or packed rows): the documents
+// forward's table and dense stats, or the tensor-core backward's delta, whichever is larger.
+int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
+                                   int64_t cudnn_workspace_limit);
 
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
