@@ -206,6 +206,18 @@ TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
               cuda::cudnn_backward_workspace_bytes(w.B, w.T, w.Hq))
         << what << ": the slices cover the whole";
   }
+#ifdef INGOT_HAVE_CUDA
+  // The CUDA memory plan records the attention it will fit the workspace to (fit_attention_workspace).
+  const TrainingMemory m = estimate_training_memory(bench_preset("llama-3-8b"), make_recipe("bf16", Device::cuda),
+                                                    Device::cuda, 1, 32768);
+  EXPECT_EQ(m.attention.B, 1);
+  EXPECT_EQ(m.attention.T, 32768);
+  EXPECT_EQ(m.attention.Hq, 32);
+  EXPECT_EQ(m.attention.Hkv, 8);
+  EXPECT_EQ(m.attention.D, 128);
+  EXPECT_FALSE(m.attention.packed_rows);
+  if (cuda::attention_cudnn_compiled()) EXPECT_GE(m.attention_workspace, 64 * GiB);
+#endif
 }
 
 // The trainer's warnings about rounding to nearest: for bf16 moments whose 1 - beta is below half

@@ -416,40 +416,55 @@ TEST_F(CudaAttention, NonPositiveScaleTakesTheCudaCoreKernels) {
 // Whole rows whose cuDNN backward workspace (B x Hq x T x T bf16) is above the limit a training
 // run sets from its memory plan run the backward as several cuDNN calls over slices of the rows and
 // kv heads, with the one call's bits (heads and rows are independent); where not even one row's one
-// kv-head group fits, on the tensor-core kernels. The forward stays on cuDNN throughout.
+// kv-head group fits, or a slice's lse would not be 16-byte aligned, on the tensor-core kernels.
+// The forward stays on cuDNN throughout.
 TEST_F(CudaAttention, BackwardSplitsToFitTheWorkspaceLimit) {
   if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
-  const int64_t B = 2, T = 1024, Hq = 8, Hkv = 2, D = 64;
   constexpr int64_t MiB = int64_t{1} << 20;
-  ASSERT_EQ(cuda::cudnn_backward_workspace_bytes(B, T, Hq), 32 * MiB);
   struct RestoreLimit {
     ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
   } restore;
-  const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 61);
-  ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-  ASSERT_STREQ(cuda::attention_last_path(), "cudnn");
-  poison(dqkv);
-  ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-  ASSERT_STREQ(cuda::attention_last_path(), "cudnn");
-  const auto one_call = download_bytes(dqkv);
-  const Floats one_call_values = download(dqkv);
-  struct Case {
-    int64_t limit;
+  struct Limit {
+    int64_t bytes;
     const char* path;
   };
-  // 32 MiB: one call; 16 MiB: a row a call; 8 MiB: a row and a kv head (4 query heads) a call;
-  // 4 MiB: nothing fits.
-  for (const Case& c : {Case{32 * MiB, "cudnn"}, Case{16 * MiB, "cudnn-split"}, Case{8 * MiB, "cudnn-split"},
-                        Case{4 * MiB, "mma"}}) {
-    cuda::set_cudnn_backward_workspace_limit(c.limit);
-    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-    EXPECT_STREQ(cuda::attention_last_path(), "cudnn");
+  struct Problem {
+    int64_t B, T, Hq, Hkv;
+    std::vector<Limit> limits;  // after the one call at no limit
+  };
+  const Problem problems[] = {
+      // 64 MiB in one call; 2 rows a call; 1 row; 1 row and 1 kv head (4 query heads); nothing fits.
+      {4, 1024, 8, 2, {{64 * MiB, "cudnn"}, {32 * MiB, "cudnn-split"}, {16 * MiB, "cudnn-split"},
+                       {8 * MiB, "cudnn-split"}, {4 * MiB, "mma"}}},
+      // No grouping: 2 of 4 kv heads a call.
+      {1, 1024, 4, 4, {{4 * MiB, "cudnn-split"}}},
+      // Hq * T = 2046 floats: one call is fine, but a one-head slice's lse would start 1023 floats in.
+      {1, 1023, 2, 2, {{cuda::cudnn_backward_workspace_bytes(1, 1023, 2) - 1, "mma"}}},
+  };
+  for (const Problem& p : problems) {
+    cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
+    const auto [qkv, dout, out, lse, dqkv] = random_problem(p.B, p.T, p.Hq, p.Hkv, 64, 61);
+    const std::string shape = std::to_string(p.B) + " x " + std::to_string(p.T) + ", " + std::to_string(p.Hq) + "/" +
+                              std::to_string(p.Hkv) + " heads";
+    ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(p.Hq), int(p.Hkv), 0.125);
+    ASSERT_STREQ(cuda::attention_last_path(), "cudnn") << shape;
     poison(dqkv);
-    ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), 0.125);
-    EXPECT_STREQ(cuda::attention_last_path(), c.path) << "limit " << c.limit / MiB << " MiB";
-    const std::string what = "dqkv at a limit of " + std::to_string(c.limit / MiB) + " MiB";
-    EXPECT_TRUE(close(download(dqkv), one_call_values, kTolBf16, what));
-    if (std::strcmp(c.path, "mma") != 0) EXPECT_TRUE(download_bytes(dqkv) == one_call) << what << ": not the one call's bits";
+    ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(p.Hq), int(p.Hkv), 0.125);
+    ASSERT_STREQ(cuda::attention_last_path(), "cudnn") << shape;
+    const auto one_call = download_bytes(dqkv);
+    const Floats one_call_values = download(dqkv);
+    for (const Limit& limit : p.limits) {
+      cuda::set_cudnn_backward_workspace_limit(limit.bytes);
+      const std::string what = shape + ", limit " + std::to_string(limit.bytes) + " bytes";
+      ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(p.Hq), int(p.Hkv), 0.125);
+      EXPECT_STREQ(cuda::attention_last_path(), "cudnn") << what;
+      poison(dqkv);
+      ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(p.Hq), int(p.Hkv), 0.125);
+      EXPECT_STREQ(cuda::attention_last_path(), limit.path) << what;
+      EXPECT_TRUE(close(download(dqkv), one_call_values, kTolBf16, "dqkv, " + what));
+      if (std::strcmp(limit.path, "mma") != 0)
+        EXPECT_TRUE(download_bytes(dqkv) == one_call) << what << ": not the one call's bits";
+    }
   }
 }
 

@@ -55,7 +55,17 @@ std::atomic<int64_t> g_cudnn_backward_workspace_limit{std::numeric_limits<int64_
 }
 
 void set_cudnn_backward_workspace_limit(int64_t bytes) { g_cudnn_backward_workspace_limit = bytes; }
-int64_t cudnn_backward_workspace_limit() { return g_cudnn_backward_workspace_limit.load(); }
+int64_t cudnn_backward_workspace_limit() {
+  const int64_t limit = g_cudnn_backward_workspace_limit.load();
+  const char* env = std::getenv("INGOT_ATTENTION_WORKSPACE_MIB");
+  if (!env || !*env) return limit;
+  char* end = nullptr;
+  const long long mib = std::strtoll(env, &end, 10);
+  if (*end != '\0' || mib < 0)
+    fail("INGOT_ATTENTION_WORKSPACE_MIB must be a whole number of MiB (0 or more), got \"", env, "\"");
+  if (mib > (std::numeric_limits<int64_t>::max() >> 20)) return limit;
+  return std::min(limit, int64_t(mib) << 20);
+}
 
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
                                    int64_t cudnn_workspace_limit) {
@@ -717,8 +727,11 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
                                        : cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, cudnn_backward_workspace_limit());
   if (!split.fits()) return false;
   const int64_t group = s.Hq / s.Hkv;
-  // Each slice's lse starts (rows * Hq + heads) * T floats in; cuDNN wants 16-byte alignment.
-  if ((split.rows * s.Hq * s.T) % 4 != 0 || (split.kv_heads * group * s.T) % 4 != 0) return false;
+  // A slice's lse starts (b * Hq + q_head) * T floats in, and cuDNN wants 16-byte alignment: check
+  // the steps of the dimensions that are split.
+  if ((split.rows < s.B && (split.rows * s.Hq * s.T) % 4 != 0) ||
+      (split.kv_heads < s.Hkv && (split.kv_heads * group * s.T) % 4 != 0))
+    return false;
   Geometry slice = s;
   slice.B = split.rows;
   slice.Hkv = split.kv_heads;

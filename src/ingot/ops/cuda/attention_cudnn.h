@@ -19,6 +19,9 @@
 //   INGOT_ATTENTION_REPORT      (any value) print, when a plan is built, every engine config
 //                               cuDNN's heuristics offer (engine index, knob choices) and the
 //                               one taken
+//   INGOT_ATTENTION_WORKSPACE_MIB=N  cap the deterministic backward's workspace at N MiB below
+//                               whatever limit is set (cudnn_backward_workspace_limit): slices,
+//                               or at 0 the tensor-core backward, for A/B runs
 #pragma once
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
@@ -50,7 +53,7 @@ bool attention_cudnn_compiled();
 // slower). Process-wide; unlimited until set. A training run sets it from its memory plan
 // (memory_plan.h, fit_attention_workspace).
 void set_cudnn_backward_workspace_limit(int64_t bytes);
-int64_t cudnn_backward_workspace_limit();
+int64_t cudnn_backward_workspace_limit();  // the limit set, or INGOT_ATTENTION_WORKSPACE_MIB if lower
 inline int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * T * T * 2; }
 
 // One cuDNN backward call's slice: `rows` batch rows by `kv_heads` kv heads, each with its
