@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -142,6 +143,8 @@ TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
 // all, the plan keeps the whole workspace, shrinks it to the slice (the limit follows), drops it
 // for the tensor-core kernels, or leaves the refusal to check_memory_fits.
 TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: no workspace to fit";
   test::CudaContext cuda_ctx;
   struct RestoreLimit {
     ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max()); }
@@ -190,6 +193,27 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
     TrainingMemory m = plan_with_room(-GiB);  // does not fit without any workspace either
     EXPECT_EQ(fit_attention_workspace(m, cuda_ctx.ctx), "");
     EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 0);
+  }
+  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) lowers the limit and says so; a malformed value is
+  // refused by name before any step.
+  struct UnsetCap {
+    ~UnsetCap() { unsetenv("INGOT_ATTENTION_WORKSPACE_MIB"); }
+  } unset_cap;
+  setenv("INGOT_ATTENTION_WORKSPACE_MIB", "512", 1);
+  {
+    TrainingMemory m = plan_with_room(whole + GiB);
+    const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
+    EXPECT_NE(note.find("INGOT_ATTENTION_WORKSPACE_MIB=512 caps"), std::string::npos) << note;
+    EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 512 * (int64_t{1} << 20));
+  }
+  setenv("INGOT_ATTENTION_WORKSPACE_MIB", "half", 1);
+  TrainingMemory m = plan_with_room(whole + GiB);
+  try {
+    fit_attention_workspace(m, cuda_ctx.ctx);
+    ADD_FAILURE() << "a malformed INGOT_ATTENTION_WORKSPACE_MIB was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("INGOT_ATTENTION_WORKSPACE_MIB"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"half\""), std::string::npos) << e.what();
   }
 }
 

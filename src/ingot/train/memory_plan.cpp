@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <limits>
 
 #include "ingot/core/error.h"
@@ -57,9 +58,10 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
   return m;
 }
 
-std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) {
 #ifdef INGOT_HAVE_CUDA
-  if (ctx.device != Device::cuda) return "";
+namespace {
+// fit_attention_workspace without the environment's cap.
+std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   const int64_t free_bytes = cuda::device_memory_free();
   if (memory.attention_workspace == 0 || memory.total() <= free_bytes) {
     cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
@@ -96,6 +98,21 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
   return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(smallest) +
          " of scratch even one row's one kv-head group at a time (" + format_bytes(whole) +
          " in one call), which does not fit";
+}
+}  // namespace
+#endif
+
+std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) {
+#ifdef INGOT_HAVE_CUDA
+  if (ctx.device != Device::cuda) return "";
+  (void)cuda::cudnn_backward_workspace_limit();  // a malformed INGOT_ATTENTION_WORKSPACE_MIB fails here, not mid-step
+  std::string note = fit_attention_workspace_to_memory(memory);
+  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds.
+  const char* cap = std::getenv("INGOT_ATTENTION_WORKSPACE_MIB");
+  if (memory.attention_workspace > 0 && cap && *cap)
+    note += std::string(note.empty() ? "" : "; ") + "INGOT_ATTENTION_WORKSPACE_MIB=" + cap +
+            " caps cuDNN's attention backward workspace (the plan above does not count the saving)";
+  return note;
 #else
   (void)memory;
   (void)ctx;
