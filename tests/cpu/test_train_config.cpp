@@ -216,8 +216,20 @@ TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
   EXPECT_EQ(m.attention.Hkv, 8);
   EXPECT_EQ(m.attention.D, 128);
   EXPECT_FALSE(m.attention.packed_rows);
-  if (cuda::attention_cudnn_compiled()) EXPECT_GE(m.attention_workspace, 64 * GiB);
+  const AttentionWorkspaceRange range = attention_workspace_range(m);
+  if (cuda::attention_cudnn_compiled()) {
+    EXPECT_GE(m.attention_workspace, 64 * GiB);
+    EXPECT_EQ(range.one_call, m.attention_workspace);
+    // One row's one kv head (4 query heads) at 32768: 8 GiB of T x T matrices, plus the rest.
+    EXPECT_GE(range.smallest_slice, 8 * GiB);
+    EXPECT_LT(range.smallest_slice, 9 * GiB);
+  }
 #endif
+  // No workspace on the CPU.
+  const TrainingMemory cpu = estimate_training_memory(bench_preset("llama-3-8b"), make_recipe("fp32", Device::cpu),
+                                                      Device::cpu, 1, 32768);
+  EXPECT_EQ(attention_workspace_range(cpu).one_call, 0);
+  EXPECT_EQ(attention_workspace_range(cpu).smallest_slice, 0);
 }
 
 // The trainer's warnings about rounding to nearest: for bf16 moments whose 1 - beta is below half

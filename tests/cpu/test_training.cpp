@@ -436,6 +436,7 @@ TEST_F(Training, ExportGenerateAndInfo) {
   ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 16 --micro-batch 2", &out)) << out;
   EXPECT_NE(out.find("parameters:"), std::string::npos) << out;
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
+  EXPECT_NE(out.find("scratch"), std::string::npos) << out;
   // The bf16 recipe's options change the plan (a CUDA plan, computed without a GPU).
   ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 16 --precision bf16", &out)) << out;
   EXPECT_NE(out.find("bf16 (grads f32, optimizer state f32, master weights f32)"), std::string::npos) << out;

@@ -63,8 +63,15 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
             << ", recompute " << recompute << ":\n"
             << "  params " << format_bytes(m.params) << ", grads " << format_bytes(m.grads) << ", master "
             << format_bytes(m.master) << ", optimizer " << format_bytes(m.optimizer) << ", activations "
-            << format_bytes(m.activations) << "\n"
+            << format_bytes(m.activations) << ", scratch " << format_bytes(m.scratch) << "\n"
             << "  total " << format_bytes(m.total()) << "\n";
+  // On a GPU whose free memory is smaller, the run shrinks this workspace (fit_attention_workspace).
+  const AttentionWorkspaceRange attention = attention_workspace_range(m);
+  if (attention.one_call > 0)
+    std::cout << "  of the scratch, cuDNN's attention backward takes " << format_bytes(attention.one_call)
+              << " in one call; where that does not fit, it runs in slices down to "
+              << format_bytes(attention.smallest_slice) << " (total " << format_bytes(m.total() - attention.one_call + attention.smallest_slice)
+              << "), else on Ingot's kernels (total " << format_bytes(m.total() - attention.one_call) << ")\n";
   return 0;
 }
 

@@ -69,6 +69,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   }
   const TrainingMemory::Attention& a = memory.attention;
   const int64_t whole = memory.attention_workspace;
+  const int64_t smallest_slice = attention_workspace_range(memory).smallest_slice;
   const int64_t rest = memory.total() - whole;
   const int64_t without = attention_scratch(a, 0);
   // The slices from largest to smallest, until one fits beside the rest of the plan.
@@ -94,8 +95,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   // A run that does not fit even so stops at check_memory_fits, whose message then gives the
   // smaller total; a note about a fallback that never runs would only mislead.
   if (memory.total() > free_bytes) return "";
-  const int64_t smallest = attention_scratch(a, cuda::cudnn_backward_workspace_bytes(1, a.T, a.Hq / a.Hkv)) - without;
-  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(smallest) +
+  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(smallest_slice) +
          " of scratch even one row's one kv-head group at a time (" + format_bytes(whole) +
          " in one call), which does not fit";
 }
@@ -118,6 +118,20 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
   (void)ctx;
   return "";
 #endif
+}
+
+AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory) {
+  AttentionWorkspaceRange range;
+#ifdef INGOT_HAVE_CUDA
+  const TrainingMemory::Attention& a = memory.attention;
+  if (memory.attention_workspace == 0) return range;
+  range.one_call = memory.attention_workspace;
+  range.smallest_slice =
+      attention_scratch(a, cuda::cudnn_backward_workspace_bytes(1, a.T, a.Hq / a.Hkv)) - attention_scratch(a, 0);
+#else
+  (void)memory;
+#endif
+  return range;
 }
 
 void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,

@@ -39,6 +39,14 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 // check_memory_fits.
 std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx);
 
+// What cuDNN's attention-backward workspace adds to the plan's scratch (CUDA): in one call (the
+// plan as estimated) and at the smallest slice fit_attention_workspace can shrink it to (one row's
+// one kv-head group). Both 0 where the plan has no such workspace (CPU, packed rows, no cuDNN).
+struct AttentionWorkspaceRange {
+  int64_t one_call = 0, smallest_slice = 0;
+};
+AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory);
+
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
 // memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint`.
 void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,
