@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 
 #include "ingot/core/error.h"
@@ -206,6 +207,14 @@ TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
               cuda::cudnn_backward_workspace_bytes(w.B, w.T, w.Hq))
         << what << ": the slices cover the whole";
   }
+  // Absurd shapes still get the right slices (the search walks divisors up to sqrt(B)), and the
+  // workspace saturates rather than wraps around into one that fits.
+  const cuda::CudnnBackwardSplit huge = cudnn_backward_split(4000000000, 4096, 32, 8, 4 * GiB);
+  EXPECT_EQ(huge.rows, 4);  // 1 GiB a row; 4 divides 4e9
+  EXPECT_EQ(huge.kv_heads, 8);
+  EXPECT_EQ(cudnn_backward_split(999999937, 4096, 32, 8, 4 * GiB).rows, 1);  // a prime number of rows
+  EXPECT_EQ(cuda::cudnn_backward_workspace_bytes(1, int64_t{1} << 40, 32), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(cudnn_backward_split(1, int64_t{1} << 40, 32, 8, int64_t{1} << 62).fits());
 #ifdef INGOT_HAVE_CUDA
   // The CUDA memory plan records the attention it will fit the workspace to (fit_attention_workspace).
   const TrainingMemory m = estimate_training_memory(bench_preset("llama-3-8b"), make_recipe("bf16", Device::cuda),

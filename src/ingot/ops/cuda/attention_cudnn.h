@@ -23,6 +23,10 @@
 //                               whatever limit is set (cudnn_backward_workspace_limit): slices,
 //                               or at 0 the tensor-core backward, for A/B runs
 #pragma once
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
 
@@ -54,7 +58,12 @@ bool attention_cudnn_compiled();
 // (memory_plan.h, fit_attention_workspace).
 void set_cudnn_backward_workspace_limit(int64_t bytes);
 int64_t cudnn_backward_workspace_limit();  // the limit set, or INGOT_ATTENTION_WORKSPACE_MIB if lower
-inline int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * T * T * 2; }
+// B * Hq * T * T * 2, saturating at the largest int64: an absurd shape must not wrap around into one
+// that fits.
+inline int64_t cudnn_backward_workspace_bytes(int64_t B, int64_t T, int64_t Hq) {
+  if (double(B) * double(Hq) * double(T) * double(T) * 2.0 >= 9.2e18) return std::numeric_limits<int64_t>::max();
+  return B * Hq * T * T * 2;
+}
 
 // One cuDNN backward call's slice: `rows` batch rows by `kv_heads` kv heads, each with its
 // Hq / Hkv query heads.
@@ -67,15 +76,27 @@ struct CudnnBackwardSplit {
   }
 };
 
+// The largest divisor of n (>= 1) that is at most cap (>= 1), in O(sqrt(n)) steps.
+inline int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
+  int64_t best = 1;
+  for (int64_t d = 1; d <= n / d; ++d)
+    if (n % d == 0) {
+      if (d <= cap) best = std::max(best, d);
+      if (n / d <= cap) best = std::max(best, n / d);
+    }
+  return best;
+}
+
 // The largest slices of a (B, T, Hq, Hkv) backward whose workspace is within limit_bytes, all of
 // one size (one plan serves every call): every kv head and the most rows that divide B; else one
 // row and the most kv heads that divide Hkv; else {0, 0} (nothing fits).
 inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t limit_bytes) {
-  for (int64_t rows = B; rows >= 1; --rows)
-    if (B % rows == 0 && cudnn_backward_workspace_bytes(rows, T, Hq) <= limit_bytes) return {rows, Hkv};
-  for (int64_t kv_heads = Hkv - 1; kv_heads >= 1; --kv_heads)
-    if (Hkv % kv_heads == 0 && cudnn_backward_workspace_bytes(1, T, kv_heads * (Hq / Hkv)) <= limit_bytes)
-      return {1, kv_heads};
+  if (B <= 0 || Hkv <= 0 || limit_bytes < 0) return {};
+  const int64_t row = cudnn_backward_workspace_bytes(1, T, Hq);
+  if (row == 0) return {B, Hkv};
+  if (row <= limit_bytes) return {largest_divisor_at_most(B, std::min(B, limit_bytes / row)), Hkv};
+  const int64_t kv_head = cudnn_backward_workspace_bytes(1, T, Hq / Hkv);
+  if (kv_head <= limit_bytes) return {1, largest_divisor_at_most(Hkv, limit_bytes / kv_head)};
   return {};
 }
 
