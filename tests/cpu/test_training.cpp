@@ -120,6 +120,20 @@ double planned_activation_bytes(const std::string& log) {
   return value * scale;
 }
 
+// A sequence_len above the model's max_position_embeddings trains (RoPE reaches any position) with
+// a warning naming both values; at or below it, no warning.
+TEST_F(Training, SequenceLongerThanTheModelsContextWarns) {
+  std::string out;
+  std::string config = tiny_config(data, root + "/long", 1, 0);
+  ASSERT_EQ(0, train(config, "ok", "", &out)) << out;
+  EXPECT_EQ(out.find("max_position_embeddings"), std::string::npos) << out;
+  const std::string declared = "max_position_embeddings: 64";
+  config.replace(config.find(declared), declared.size(), "max_position_embeddings: 8");
+  ASSERT_EQ(0, train(config, "long", "--overwrite", &out)) << out;
+  for (const char* needle : {"warning: ", "long.yaml", "sequence_len 16 is above max_position_embeddings 8 (model_config)"})
+    EXPECT_NE(out.find(needle), std::string::npos) << needle << "\n" << out;
+}
+
 TEST_F(Training, ElementwiseRecomputeGivesIdenticalBits) {
   // recompute: elementwise keeps the GEMMs' outputs and recomputes the norms, SwiGLU (and for
   // qwen3, qk-norm and RoPE) into shared buffers during the backward: the same values, so the
