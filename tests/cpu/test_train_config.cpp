@@ -15,6 +15,7 @@
 #include "ingot/train/bench.h"
 #include "ingot/train/memory_plan.h"
 #include "ingot/train/train_config.h"
+#include "ingot/train/trainer.h"
 #include "test_util.h"
 
 using namespace ingot;
@@ -153,6 +154,30 @@ TEST(TrainConfig, StochasticRounding) {
   });
   for (const char* needle : {"bad.yaml", "stochastic_rounding", "sometimes"})
     EXPECT_NE(bad_value.find(needle), std::string::npos) << bad_value;
+}
+
+// The optimizer gets every AdamW key of the run's config, and draws its stochastic rounding from
+// the run's seed (a bf16 recipe's draws; the runs that use them need CUDA).
+TEST(TrainConfig, AdamWSettingsComeFromTheConfig) {
+  const TrainConfig c = parse_train_config(std::string(kMinimal) +
+                                               "adam_beta1: 0.8\nadam_beta2: 0.97\nadam_epsilon: 1.0e-6\n"
+                                               "weight_decay: 0.05\nmax_grad_norm: 0.5\nseed: 1234\n"
+                                               "weight_decay_norms: true\nweight_decay_biases: true\n"
+                                               "weight_decay_embeddings: true\n",
+                                           "adam.yaml");
+  const AdamWConfig adam = adamw_config(c);
+  EXPECT_EQ(adam.beta1, 0.8);
+  EXPECT_EQ(adam.beta2, 0.97);
+  EXPECT_EQ(adam.eps, 1.0e-6);
+  EXPECT_EQ(adam.weight_decay, 0.05);
+  EXPECT_EQ(adam.max_grad_norm, 0.5);
+  EXPECT_EQ(adam.rounding_seed, 1234u);
+  EXPECT_TRUE(adam.decay_norms);
+  EXPECT_TRUE(adam.decay_biases);
+  EXPECT_TRUE(adam.decay_embeddings);
+  const AdamWConfig defaults = adamw_config(parse_train_config(kMinimal, "defaults.yaml"));
+  EXPECT_EQ(defaults.rounding_seed, 42u);  // the default seed
+  EXPECT_FALSE(defaults.decay_norms);
 }
 
 // The memory plan follows the recipe: bf16 gradients and AdamW moments take half the bytes of

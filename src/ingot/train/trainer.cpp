@@ -186,6 +186,20 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
 
 }  // namespace
 
+AdamWConfig adamw_config(const TrainConfig& c) {
+  AdamWConfig adam;
+  adam.beta1 = c.adam_beta1;
+  adam.beta2 = c.adam_beta2;
+  adam.eps = c.adam_epsilon;
+  adam.weight_decay = c.weight_decay;
+  adam.max_grad_norm = c.max_grad_norm;
+  adam.rounding_seed = c.seed;
+  adam.decay_norms = c.weight_decay_norms;
+  adam.decay_biases = c.weight_decay_biases;
+  adam.decay_embeddings = c.weight_decay_embeddings;
+  return adam;
+}
+
 TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std::ostream& log) {
   const ModelConfig model_config = resolve_model_config(c);
   DeviceContext device(c.device, c.num_threads);
@@ -249,17 +263,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
   else model.init_random(c.seed);
-  AdamWConfig adam;
-  adam.beta1 = c.adam_beta1;
-  adam.beta2 = c.adam_beta2;
-  adam.eps = c.adam_epsilon;
-  adam.weight_decay = c.weight_decay;
-  adam.max_grad_norm = c.max_grad_norm;
-  adam.rounding_seed = c.seed;
-  adam.decay_norms = c.weight_decay_norms;
-  adam.decay_biases = c.weight_decay_biases;
-  adam.decay_embeddings = c.weight_decay_embeddings;
-  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+  AdamW optimizer(model.entries(), recipe, ctx, adamw_config(c), model.weights());
 
   LrSchedule schedule;
   schedule.type = c.lr_scheduler_type;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ingot/core/context.h"
+#include "ingot/optim/adamw.h"
 #include "ingot/train/train_config.h"
 
 namespace ingot {
@@ -22,6 +23,10 @@ struct TrainResult {
 };
 
 TrainResult run_training(const TrainConfig& config, const TrainOptions& options, std::ostream& log);
+
+// The optimizer's settings from the run's config: betas, epsilon, weight decay and what it applies
+// to, clipping, and the seed of the stochastic rounding draws (the run's seed).
+AdamWConfig adamw_config(const TrainConfig& config);
 
 // A Context for the requested device ("auto" | "cpu" | "cuda"); owns CUDA state when used.
 class DeviceContext {
