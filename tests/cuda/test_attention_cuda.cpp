@@ -741,12 +741,8 @@ TEST_F(CudaAttention, PerfBackwardSplit) {
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);
     const double flops = 2.5 * 4.0 * s.B * s.Hq * double(s.T) * s.T * s.D / 2;
     std::vector<int64_t> limits;  // every split, largest first, then 0 (the tensor-core kernels)
-    for (int64_t limit = cuda::cudnn_backward_workspace_bytes(s.B, s.T, s.Hq);;) {
-      const cuda::CudnnBackwardSplit split = cuda::cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, limit);
-      if (!split.fits()) break;
+    for (const cuda::CudnnBackwardSplit& split : cuda::cudnn_backward_splits(s.B, s.T, s.Hq, s.Hkv))
       limits.push_back(split.workspace_bytes(s.T, s.Hq, s.Hkv));
-      limit = limits.back() - 1;
-    }
     limits.push_back(0);
     for (const int64_t limit : limits) {
       cuda::set_cudnn_backward_workspace_limit(limit);

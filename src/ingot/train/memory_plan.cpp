@@ -69,13 +69,12 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   }
   const TrainingMemory::Attention& a = memory.attention;
   const int64_t whole = memory.attention_workspace;
-  const int64_t smallest_slice = attention_workspace_range(memory).smallest_slice;
   const int64_t rest = memory.total() - whole;
   const int64_t without = attention_scratch(a, 0);
-  // The slices from largest to smallest, until one fits beside the rest of the plan.
-  for (int64_t limit = cuda::cudnn_backward_workspace_bytes(a.B, a.T, a.Hq) - 1;;) {
-    const cuda::CudnnBackwardSplit split = cuda::cudnn_backward_split(a.B, a.T, a.Hq, a.Hkv, limit);
-    if (!split.fits()) break;
+  // The slices after the one call, from largest to smallest, until one fits beside the rest of the plan.
+  const std::vector<cuda::CudnnBackwardSplit> splits = cuda::cudnn_backward_splits(a.B, a.T, a.Hq, a.Hkv);
+  for (size_t i = 1; i < splits.size(); ++i) {
+    const cuda::CudnnBackwardSplit& split = splits[i];
     const int64_t slice_workspace = split.workspace_bytes(a.T, a.Hq, a.Hkv);
     const int64_t needed = attention_scratch(a, slice_workspace) - without;
     if (rest + needed <= free_bytes) {
@@ -87,8 +86,8 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
              " heads (" + format_bytes(needed) + " of scratch): one call would need " + format_bytes(whole) +
              ", which does not fit";
     }
-    limit = slice_workspace - 1;
   }
+  const int64_t smallest_slice = attention_workspace_range(memory).smallest_slice;
   memory.scratch -= whole;
   memory.attention_workspace = 0;
   cuda::set_cudnn_backward_workspace_limit(0);
@@ -126,8 +125,8 @@ AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory) 
   const TrainingMemory::Attention& a = memory.attention;
   if (memory.attention_workspace == 0) return range;
   range.one_call = memory.attention_workspace;
-  range.smallest_slice =
-      attention_scratch(a, cuda::cudnn_backward_workspace_bytes(1, a.T, a.Hq / a.Hkv)) - attention_scratch(a, 0);
+  const cuda::CudnnBackwardSplit smallest = cuda::cudnn_backward_splits(a.B, a.T, a.Hq, a.Hkv).back();
+  range.smallest_slice = attention_scratch(a, smallest.workspace_bytes(a.T, a.Hq, a.Hkv)) - attention_scratch(a, 0);
 #else
   (void)memory;
 #endif

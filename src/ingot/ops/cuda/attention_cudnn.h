@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "ingot/core/context.h"
 #include "ingot/core/tensor.h"
@@ -98,6 +99,20 @@ inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq,
   const int64_t kv_head = cudnn_backward_workspace_bytes(1, T, Hq / Hkv);
   if (kv_head <= limit_bytes) return {1, largest_divisor_at_most(Hkv, limit_bytes / kv_head)};
   return {};
+}
+
+// Every distinct slicing of a (B, T, Hq, Hkv) backward, the one call first, then by workspace down
+// to one row's one kv-head group: what a memory plan can choose from.
+inline std::vector<CudnnBackwardSplit> cudnn_backward_splits(int64_t B, int64_t T, int64_t Hq, int64_t Hkv) {
+  std::vector<CudnnBackwardSplit> splits;
+  for (int64_t limit = std::numeric_limits<int64_t>::max();;) {
+    const CudnnBackwardSplit split = cudnn_backward_split(B, T, Hq, Hkv, limit);
+    if (!split.fits()) return splits;
+    splits.push_back(split);
+    const int64_t bytes = split.workspace_bytes(T, Hq, Hkv);
+    if (bytes == 0) return splits;  // T == 0: nothing smaller
+    limit = bytes - 1;
+  }
 }
 
 // Scratch bytes an attention step over (B, T) rows of Hq query and Hkv kv heads of size D needs at
