@@ -899,6 +899,22 @@ TEST(CpuOps, AdamWStepMasterWeightsMatchPlainF32) {
   }
 }
 
+// params and grads N(0, 1), m 0.05 N(0, 1), v 0.01 N(0, 1)^2 (positive): AdamW inputs some steps
+// in, from the normal streams seed, seed + 1, seed + 2 and seed + 3.
+struct RandomAdamWInputs {
+  Values p, g, m, v;
+};
+RandomAdamWInputs random_adamw_inputs(int64_t n, uint64_t seed) {
+  RandomAdamWInputs in{Values(n), Values(n), Values(n), Values(n)};
+  fill_normal(in.p, seed);
+  fill_normal(in.g, seed + 1);
+  fill_normal(in.m, seed + 2);
+  fill_normal(in.v, seed + 3);
+  for (double& x : in.m) x *= 0.05;
+  for (double& x : in.v) x = 0.01 * x * x;
+  return in;
+}
+
 // bf16 AdamW state (optimizer_state_dtype: bf16): m and v are read as f32 and the update uses
 // their new values before they are stored rounded to nearest. So one step from the same state
 // values gives bit for bit the f32-state step's weights, and m, v equal to its m, v rounded once.
@@ -906,13 +922,7 @@ TEST(CpuOps, AdamWStepMasterWeightsMatchPlainF32) {
 // a master copy (bf16 params) and without one (bf16 params updated directly).
 TEST(CpuOps, AdamWStepBf16StateRoundsTheF32Update) {
   const int64_t n = 45;
-  Values p0(n), g0(n), m0(n), v0(n);
-  fill_normal(p0, 41);
-  fill_normal(g0, 42);
-  fill_normal(m0, 43);
-  fill_normal(v0, 44);
-  for (double& x : m0) x *= 0.05;
-  for (double& x : v0) x = 0.01 * x * x;
+  const auto [p0, g0, m0, v0] = random_adamw_inputs(n, 41);
   const Values p_bf = round_bf16(p0), g_bf = round_bf16(g0), m_bf = round_bf16(m0), v_bf = round_bf16(v0);
   const Runs runs = {{3, 20}, {30, 45}};
   AdamWSetting h;
@@ -1159,13 +1169,7 @@ TEST(CpuOps, AdamWStepStochasticRoundingDrawsTheDocumentedBits) {
   const int64_t n = 777;
   const uint64_t seed = 99;
   const int t = 7;
-  Values p0(n), g0(n), m0(n), v0(n);
-  fill_normal(p0, 61);
-  fill_normal(g0, 62);
-  fill_normal(m0, 63);
-  fill_normal(v0, 64);
-  for (double& x : m0) x *= 0.05;
-  for (double& x : v0) x = 0.01 * x * x;
+  const auto [p0, g0, m0, v0] = random_adamw_inputs(n, 61);
   const Values p_bf = round_bf16(p0), m_bf = round_bf16(m0), v_bf = round_bf16(v0);
   AdamWSetting h;
   Context ctx = cpu_context(2);
