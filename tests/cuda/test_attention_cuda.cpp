@@ -53,7 +53,7 @@ using Floats = std::vector<float>;
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 Floats randn_bf16(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(test_seed(seed));
   std::normal_distribution<double> dist(0.0, 1.0);
   Floats v(static_cast<size_t>(n));
   for (auto& x : v) {

@@ -76,7 +76,7 @@ float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 // Normal values rounded to bf16, nonzero.
 Floats randn(int64_t n, uint64_t seed, double stddev = 1.0, double mean = 0.0) {
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(test_seed(seed));
   std::normal_distribution<double> dist(mean, stddev);
   Floats v(static_cast<size_t>(n));
   for (auto& x : v) {
@@ -93,7 +93,7 @@ Floats abs_of(Floats v) {
 }
 
 std::vector<int32_t> randint(int64_t n, int32_t lo, int32_t hi, uint64_t seed) {
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng(test_seed(seed));
   std::uniform_int_distribution<int32_t> dist(lo, hi - 1);
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (auto& x : v) x = dist(rng);
