@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "ingot/core/arena.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
@@ -16,9 +17,9 @@ TEST(CudaLinearResidual, MatchesCpu) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t N = 300, I = 256, O = 192;
   std::vector<float> in(N * I), w(O * I), res(N * O);
-  test::fill_normal(in, 11);
-  test::fill_normal(w, 12, 0.05);
-  test::fill_normal(res, 13);
+  test::fill_normal(in, test::test_seed(11));
+  test::fill_normal(w, test::test_seed(12), 0.05);
+  test::fill_normal(res, test::test_seed(13));
   auto round_bf16 = [](std::vector<float>& v) { for (float& x : v) x = bf16_to_f32(f32_to_bf16(x)); };
   round_bf16(in), round_bf16(w), round_bf16(res);
   auto to_bf16 = [](const std::vector<float>& v) {
