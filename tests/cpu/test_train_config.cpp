@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 
+#include "ingot/core/env.h"
 #include "ingot/core/error.h"
 #include "ingot/ops/cuda/attention_cudnn.h"  // plain C++: the split arithmetic only
 #include "ingot/optim/adamw.h"
@@ -309,6 +310,36 @@ TEST(TrainConfig, EveryKeyIsDocumented) {
   for (const ConfigKeyInfo& k : train_config_keys())
     EXPECT_NE(doc.find("| `" + std::string(k.name) + "` | `" + k.default_value + "` |"), std::string::npos)
         << k.name << " is missing from docs/config.md or its default differs";
+}
+
+// The engine switches of the environment: a listed value, or unset/empty; anything else is an error
+// that names the variable, the value and the choices (a typo must not quietly run the default).
+TEST(EngineSwitches, AcceptListedValuesAndNameAnyOther) {
+  const char* name = "INGOT_TEST_SWITCH";
+  struct Unset {
+    const char* name;
+    ~Unset() { unsetenv(name); }
+  } unset{name};
+  unsetenv(name);
+  EXPECT_EQ(env_choice(name, {"mma", "kernels"}), "");
+  EXPECT_FALSE(env_flag(name));
+  setenv(name, "", 1);
+  EXPECT_EQ(env_choice(name, {"mma", "kernels"}), "");
+  setenv(name, "kernels", 1);
+  EXPECT_EQ(env_choice(name, {"mma", "kernels"}), "kernels");
+  setenv(name, "1", 1);
+  EXPECT_TRUE(env_flag(name));
+  setenv(name, "0", 1);
+  EXPECT_FALSE(env_flag(name));
+  for (const char* bad : {"Kernels", "kernels ", "mm"}) {
+    setenv(name, bad, 1);
+    const std::string message = error_message([&] { env_choice(name, {"mma", "kernels"}); });
+    EXPECT_NE(message.find(std::string("INGOT_TEST_SWITCH must be one of mma, kernels (or unset), got \"") + bad + "\""),
+              std::string::npos)
+        << message;
+  }
+  setenv(name, "yes", 1);
+  EXPECT_NE(error_message([&] { env_flag(name); }).find("must be one of 0, 1"), std::string::npos);
 }
 
 TEST(LrSchedule, MatchesHuggingFaceShapes) {

@@ -651,7 +651,7 @@ TEST_F(CudaAttention, PerfShortSequences) {
       double ms[3];
       int i = 0;
       for (const char* mode : {"kernels", "mma", "cudnn"}) {
-        ScopedMode scoped(mode);
+        ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : mode);
         ms[i++] = median_ms(state_, [&] {
           ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);
           ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(h.Hq), int(h.Hkv), scale);

@@ -215,6 +215,20 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
     EXPECT_NE(std::string(e.what()).find("INGOT_ATTENTION_WORKSPACE_MIB"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("\"half\""), std::string::npos) << e.what();
   }
+  // So is a misspelt INGOT_ATTENTION, which used to run the default path quietly.
+  unsetenv("INGOT_ATTENTION_WORKSPACE_MIB");
+  struct UnsetMode {
+    ~UnsetMode() { unsetenv("INGOT_ATTENTION"); }
+  } unset_mode;
+  setenv("INGOT_ATTENTION", "cudnn_fast", 1);
+  try {
+    fit_attention_workspace(m, cuda_ctx.ctx);
+    ADD_FAILURE() << "a misspelt INGOT_ATTENTION was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("INGOT_ATTENTION must be one of cudnn-fast, mma, kernels"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("\"cudnn_fast\""), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

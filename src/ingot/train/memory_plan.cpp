@@ -104,7 +104,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
 std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) {
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device != Device::cuda) return "";
-  (void)cuda::cudnn_backward_workspace_limit();  // a malformed INGOT_ATTENTION_WORKSPACE_MIB fails here, not mid-step
+  cuda::check_attention_switches();  // a malformed INGOT_ATTENTION* value fails here, not mid-step
   std::string note = fit_attention_workspace_to_memory(memory);
   // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds.
   const char* cap = std::getenv("INGOT_ATTENTION_WORKSPACE_MIB");

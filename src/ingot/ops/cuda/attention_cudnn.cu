@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "ingot/core/env.h"
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_documents.h"
 #include "ingot/ops/cuda/attention_mma.h"
@@ -83,12 +84,18 @@ int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv
 }
 
 AttentionMode attention_mode() {
-  const char* env = std::getenv("INGOT_ATTENTION");
-  if (!env) return AttentionMode::automatic;
-  if (std::strcmp(env, "cudnn-fast") == 0) return AttentionMode::cudnn_fast;
-  if (std::strcmp(env, "mma") == 0) return AttentionMode::mma;
-  if (std::strcmp(env, "kernels") == 0) return AttentionMode::kernels;
+  const std::string mode = env_choice("INGOT_ATTENTION", {"cudnn-fast", "mma", "kernels"});
+  if (mode == "cudnn-fast") return AttentionMode::cudnn_fast;
+  if (mode == "mma") return AttentionMode::mma;
+  if (mode == "kernels") return AttentionMode::kernels;
   return AttentionMode::automatic;
+}
+
+void check_attention_switches() {
+  (void)attention_mode();
+  (void)env_flag("INGOT_ATTENTION_MMA_SYNC");
+  (void)env_flag("INGOT_ATTENTION_REPORT");
+  (void)cudnn_backward_workspace_limit();
 }
 
 #ifndef INGOT_CUDA_USE_CUDNN
@@ -266,7 +273,7 @@ class GraphBuilder {
   }
 
   // Operation graph -> heuristics (mode A, then fallback) -> the first config whose plan
-  // finalizes. With INGOT_ATTENTION_REPORT set, every config the heuristics offer (engine and knob
+  // finalizes. With INGOT_ATTENTION_REPORT=1, every config the heuristics offer (engine and knob
   // choices) and the one taken are printed, labelled with `what`.
   void build_plan(const std::string& what) {
     if (!ok()) return;
@@ -301,7 +308,7 @@ class GraphBuilder {
         reasons += " reading heuristics results failed;";
         continue;
       }
-      const bool report = std::getenv("INGOT_ATTENTION_REPORT") != nullptr;
+      const bool report = env_flag("INGOT_ATTENTION_REPORT");
       if (report) {
         std::printf("[cudnn] %s: heuristics mode %s offers %ld configs\n", what.c_str(),
                     mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", long(got));
@@ -325,7 +332,7 @@ class GraphBuilder {
                                          CUDNN_TYPE_INT64, 1, nullptr, &workspace_bytes_) !=
                     CUDNN_STATUS_SUCCESS)
       error_ = "reading the plan's workspace size failed";
-    if (ok() && std::getenv("INGOT_ATTENTION_REPORT"))
+    if (ok() && env_flag("INGOT_ATTENTION_REPORT"))
       std::printf("[cudnn] %s: workspace %.1f MiB\n", what.c_str(), double(workspace_bytes_) / (1 << 20));
   }
 

@@ -13,10 +13,11 @@
 //   INGOT_ATTENTION=kernels     the CUDA-core kernels always (A/B tests)
 //   INGOT_ATTENTION=cudnn-fast  cuDNN, backward accumulating dQ in f32 with atomics: 5-20% faster
 //                               backward, not bitwise reproducible
-//   anything else / unset       cuDNN, deterministic backward (dQ without atomics): the default,
+//   unset or empty              cuDNN, deterministic backward (dQ without atomics): the default,
 //                               since a step repeated from the same state must be bitwise identical
 //                               (where its workspace is within set_cudnn_backward_workspace_limit)
-//   INGOT_ATTENTION_REPORT      (any value) print, when a plan is built, every engine config
+//   any other value             an error naming the variable and the value
+//   INGOT_ATTENTION_REPORT=1    print, when a plan is built, every engine config
 //                               cuDNN's heuristics offer (engine index, knob choices) and the
 //                               one taken
 //   INGOT_ATTENTION_WORKSPACE_MIB=N  cap the deterministic backward's workspace at N MiB below
@@ -33,7 +34,7 @@
 
 namespace ingot::cuda {
 
-// INGOT_ATTENTION, read per call so that tests can A/B in one process; other values are `automatic`.
+// INGOT_ATTENTION, read per call so that tests can A/B in one process; a value not listed throws.
 enum class AttentionMode {
   automatic,   // unset: cuDNN (deterministic backward), then the tensor-core kernels, then CUDA cores
   cudnn_fast,  // "cudnn-fast"
@@ -41,6 +42,9 @@ enum class AttentionMode {
   kernels,     // "kernels"
 };
 AttentionMode attention_mode();
+// Reads every attention switch of the environment (INGOT_ATTENTION, _MMA_SYNC, _REPORT,
+// _WORKSPACE_MIB), so that a malformed one stops a run before its first step, not inside it.
+void check_attention_switches();
 
 // "cudnn", "cudnn-split" (backward only: several calls, cudnn_backward_split), "cudnn-fast" (backward
 // only), "cudnn+mma", "mma" or "kernels": the path the last attention call on this thread took

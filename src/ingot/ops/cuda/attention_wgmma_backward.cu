@@ -12,6 +12,7 @@
 // tiles itself, attention_wgmma.cuh), and each product is four instructions for the warpgroup.
 #include <cstdlib>
 
+#include "ingot/core/env.h"
 #include "ingot/ops/cuda/attention_wgmma.cuh"
 
 namespace ingot::cuda {
@@ -282,7 +283,7 @@ bool attention_wgmma_code_loaded(cudaStream_t stream) {
 // The backward's shared memory is the larger: it decides for both directions.
 bool attention_wgmma_takes(const CudaState& state, int D) {
   if (!state.wgmma_code || (D != 64 && D != 128)) return false;
-  if (std::getenv("INGOT_ATTENTION_MMA_SYNC") != nullptr) return false;
+  if (env_flag("INGOT_ATTENTION_MMA_SYNC")) return false;
   return int64_t(D == 64 ? smem_bytes<64>() : smem_bytes<128>()) <= state.max_smem_per_block;
 }
 

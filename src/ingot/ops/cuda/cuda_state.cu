@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ingot/core/env.h"
 #include "ingot/ops/cuda/attention_wgmma.cuh"
 #include "ingot/ops/cuda/common.cuh"
 #include "ingot/ops/cuda/device.h"
@@ -62,10 +63,9 @@ CudaState* create_state(int device_index) {
     INGOT_CUBLAS_CHECK(cublasLtCreate(&state->cublaslt));
     state->workspace = device_alloc(kCublasLtWorkspaceBytes);
     state->workspace_bytes = kCublasLtWorkspaceBytes;
-    if (const char* tune = std::getenv("INGOT_GEMM_TUNE")) {
-      if (std::strcmp(tune, "0") == 0) state->gemm_tuning = GemmTuning::first_choice;
-      if (std::strcmp(tune, "report") == 0) state->gemm_tuning = GemmTuning::timed_report;
-    }
+    const std::string tune = env_choice("INGOT_GEMM_TUNE", {"0", "report"});
+    if (tune == "0") state->gemm_tuning = GemmTuning::first_choice;
+    if (tune == "report") state->gemm_tuning = GemmTuning::timed_report;
   } catch (...) {
     destroy_state(state);
     throw;
