@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -559,6 +561,68 @@ TEST_F(Training, MissingOrMismatchedWeights) {
   write_file(root + "/truncated/model.safetensors", weights.substr(0, weights.size() / 2));
   EXPECT_NE(0, finetune(root + "/truncated"));
   EXPECT_NE(out.find("truncated"), std::string::npos) << out;
+
+  // Weights config.json has no place for (bad-input review of 2026-12-01: they used to vanish from
+  // training and export). One layer fewer than the file holds:
+  fs::create_directories(root + "/fewer");
+  fs::copy_file(model + "/model.safetensors", root + "/fewer/model.safetensors");
+  json = read_file(model + "/config.json");
+  json.replace(json.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 1");
+  write_file(root + "/fewer/config.json", json);
+  EXPECT_NE(0, finetune(root + "/fewer"));
+  EXPECT_NE(out.find("has no place for (\"model.layers.1."), std::string::npos) << out;
+  EXPECT_NE(out.find("num_hidden_layers"), std::string::npos) << out;
+  // A trained LM head of its own under a config that ties it to the embedding:
+  std::string untied = tiny_config(data, root + "/untied", 1, 0);
+  untied.replace(untied.find("tie_word_embeddings: true"), 25, "tie_word_embeddings: false");
+  ASSERT_EQ(0, train(untied, "untied", "", &out)) << out;
+  fs::create_directories(root + "/retied");
+  fs::copy_file(root + "/untied/checkpoint-1/model.safetensors", root + "/retied/model.safetensors");
+  json = read_file(root + "/untied/checkpoint-1/config.json");
+  json.replace(json.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
+  write_file(root + "/retied/config.json", json);
+  EXPECT_NE(0, finetune(root + "/retied"));
+  EXPECT_NE(out.find("\"lm_head.weight\" in " + root + "/retied/model.safetensors differs from model.embed_tokens.weight"),
+            std::string::npos)
+      << out;
+}
+
+// A damaged checkpoint is refused by name before it trains (bad-input review of 2026-12-01: a
+// negative second moment resumed with exit 0, and a step number past int64 gave "error: stoll").
+TEST_F(Training, DamagedCheckpointsAreRefusedByName) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;
+  const std::string optimizer_file = root + "/run/checkpoint-3/optimizer.safetensors";
+  const std::string original = read_file(optimizer_file);
+  // Overwrites the first f32 of `tensor` in the file.
+  auto damage = [&](const std::string& tensor, float value) {
+    std::string bytes = original;
+    uint64_t header_len = 0;
+    std::memcpy(&header_len, bytes.data(), 8);
+    const auto header = nlohmann::json::parse(bytes.substr(8, header_len));
+    const uint64_t begin = header.at(tensor).at("data_offsets").at(0).get<uint64_t>();
+    std::memcpy(bytes.data() + 8 + header_len + begin, &value, sizeof value);
+    write_file(optimizer_file, bytes);
+  };
+  const std::string config = tiny_config(data, root + "/run", 5, 0);
+  damage("exp_avg_sq", -1.0f);
+  EXPECT_NE(0, train(config, "run", "--resume", &out));
+  EXPECT_NE(out.find("tensor \"exp_avg_sq\" in " + optimizer_file + " holds a negative or non-finite value at element 0"),
+            std::string::npos)
+      << out;
+  damage("exp_avg", std::numeric_limits<float>::quiet_NaN());
+  EXPECT_NE(0, train(config, "run", "--resume", &out));
+  EXPECT_NE(out.find("tensor \"exp_avg\" in " + optimizer_file + " holds a non-finite value"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-5")) << "a refused resume wrote a checkpoint";
+  write_file(optimizer_file, original);
+  fs::create_directories(root + "/run/checkpoint-99999999999999999999");
+  EXPECT_NE(0, train(config, "run", "--resume", &out));
+  EXPECT_NE(out.find(root + "/run/checkpoint-99999999999999999999: a checkpoint step of 20 digits is out of range"),
+            std::string::npos)
+      << out;
+  fs::remove_all(root + "/run/checkpoint-99999999999999999999");
+  ASSERT_EQ(0, train(config, "run", "--resume", &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-5"));
 }
 
 // Chat SFT end to end: prepare --format chat with the real Qwen3 tokenizer and template, then train

@@ -2,8 +2,10 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <unistd.h>
 
 #include "ingot/core/arena.h"
@@ -14,14 +16,13 @@ namespace ingot::io {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// Index of the first inf or nan among a host tensor's elements, or -1. The dtype is resolved once,
-// outside the loop: this runs over every weight a model loads.
-int64_t first_non_finite(const Tensor& t) {
-  auto scan = [n = t.numel()](const auto* x, auto to_float) -> int64_t {
-    for (int64_t i = 0; i < n; ++i)
-      if (!std::isfinite(to_float(x[i]))) return i;
+// The dtype is resolved once, outside the loop: this runs over every weight a model loads.
+int64_t first_invalid_element(const Tensor& t, bool require_non_negative) {
+  auto scan = [n = t.numel(), require_non_negative](const auto* x, auto to_float) -> int64_t {
+    for (int64_t i = 0; i < n; ++i) {
+      const auto value = to_float(x[i]);
+      if (!std::isfinite(value) || (require_non_negative && value < 0)) return i;
+    }
     return -1;
   };
   const auto same = [](auto v) { return v; };
@@ -34,11 +35,44 @@ int64_t first_non_finite(const Tensor& t) {
   }
 }
 
+namespace {
+
+// Every tensor of the file must have a place in config.json's architecture: otherwise a layer past
+// num_hidden_layers, or a separate LM head under tied embeddings, would drop out of training and
+// of every export without a word. Two kinds are left out as Hugging Face leaves them out: RoPE's
+// inv_freq buffers (computed, not trained), and an lm_head.weight equal to the tied embedding.
+void check_every_tensor_is_used(const SafeTensorsReader& reader, const std::string& path,
+                                const std::vector<ParamEntry>& entries) {
+  std::set<std::string> used;
+  for (const ParamEntry& e : entries)
+    for (const HfPiece& piece : e.pieces) used.insert(piece.hf_name);
+  std::vector<std::string> unused;
+  for (const std::string& name : reader.names()) {
+    if (used.count(name) || name.ends_with("rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && used.count("model.embed_tokens.weight")) {
+      const SafeTensorInfo& head = reader.get(name);
+      const SafeTensorInfo& embed = reader.get("model.embed_tokens.weight");
+      if (head.dtype == embed.dtype && head.shape == embed.shape && std::memcmp(head.data, embed.data, size_t(head.bytes)) == 0)
+        continue;
+      fail("tensor \"lm_head.weight\" in ", head.file, " differs from model.embed_tokens.weight, but config.json ties them "
+           "(tie_word_embeddings: true): set tie_word_embeddings to false to keep the LM head");
+    }
+    unused.push_back(name);
+  }
+  if (unused.empty()) return;
+  std::string listed;
+  for (size_t i = 0; i < unused.size() && i < 3; ++i) listed += std::string(i ? ", " : "") + "\"" + unused[i] + "\"";
+  if (unused.size() > 3) listed += " and " + std::to_string(unused.size() - 3) + " more";
+  fail(path, " holds ", unused.size(), " tensor(s) that config.json's architecture has no place for (", listed,
+       "): check num_hidden_layers, tie_word_embeddings and model_type against the weights");
+}
+
 }  // namespace
 
 void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
                      Tensor flat_weights) {
   const SafeTensorsReader reader = SafeTensorsReader::open(path);
+  check_every_tensor_is_used(reader, path, entries);
   // Stage one parameter at a time on the host in the target dtype (bf16 weights are converted
   // straight from the file's dtype, never through a lossy intermediate).
   for (const ParamEntry& e : entries) {
@@ -56,7 +90,7 @@ void load_hf_weights(Context& ctx, const std::string& path, const std::vector<Pa
         fail("missing tensor \"", piece.hf_name, "\" in ", path, " (needed by config.json's architecture)");
       reader.read_into(piece.hf_name, rows);
       // A model that holds inf or nan trains to nan and samples garbage: refuse it by name.
-      if (const int64_t bad = first_non_finite(rows); bad >= 0)
+      if (const int64_t bad = first_invalid_element(rows); bad >= 0)
         fail("tensor \"", piece.hf_name, "\" in ", path, " holds a non-finite value (inf or nan) at element ", bad);
     }
     copy_from_host(ctx, device_view, host.data());

@@ -11,8 +11,9 @@
 namespace ingot::io {
 
 // Reads every parameter of `entries` from the safetensors at `path` (file or directory) into the
-// flat weights buffer (any device), converting dtype. A missing tensor or a shape that disagrees
-// with config.json is an error naming the tensor, the file and both shapes.
+// flat weights buffer (any device), converting dtype. A missing tensor, a shape that disagrees
+// with config.json, a tensor the architecture has no place for, or a non-finite value is an error
+// naming the tensor and the file.
 void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
                      Tensor flat_weights);
 
@@ -21,6 +22,11 @@ void load_hf_weights(Context& ctx, const std::string& path, const std::vector<Pa
 // names and renamed; DIR is created if missing.
 void save_hf_model(const std::string& dir, const ModelConfig& config, const std::vector<ParamEntry>& entries,
                    Tensor host_flat_weights, DType dtype_on_disk, int64_t max_shard_bytes);
+
+// Index of the first inf or nan (or, with require_non_negative, negative value) among a host
+// tensor's float elements, or -1. Loaded weights and optimizer moments go through it: a damaged
+// file must be refused by name, not trained on.
+int64_t first_invalid_element(const Tensor& host, bool require_non_negative = false);
 
 // "5GB", "500MB", "2GiB", or a plain byte count.
 int64_t parse_byte_size(const std::string& text);

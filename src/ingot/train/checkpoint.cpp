@@ -29,6 +29,9 @@ static int64_t checkpoint_step(const fs::path& dir) {
   if (name.rfind(prefix, 0) != 0) return -1;
   const std::string digits = name.substr(prefix.size());
   if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  // 18 digits always fit an int64_t; Ingot never writes more.
+  INGOT_CHECK(digits.size() <= 18, dir.string(), ": a checkpoint step of ", digits.size(),
+              " digits is out of range; rename or remove that directory");
   return std::stoll(digits);
 }
 
@@ -119,6 +122,11 @@ nlohmann::json load_checkpoint(const std::string& dir, Context& ctx, Transformer
     host_view.data = host.data();
     host_view.device = Device::cpu;
     reader.read_into(name, host_view);
+    // A nan or negative second moment gives nan updates from the first step: refuse the file.
+    const bool second_moment = std::string(name) == "exp_avg_sq";
+    if (const int64_t bad = io::first_invalid_element(host_view, second_moment); bad >= 0)
+      fail("tensor \"", name, "\" in ", optimizer_file, " holds ", second_moment ? "a negative or non-finite" : "a non-finite",
+           " value at element ", bad, ": the optimizer state is damaged");
     copy_from_host(ctx, target, host.data());
   }
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
