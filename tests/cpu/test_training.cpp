@@ -358,6 +358,12 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   EXPECT_NE(out.find("--steps must be at least 1"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
   EXPECT_NE(out.find("device must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
+  // Shapes whose token count overflowed the memory plan (a negative total, "arena overflow").
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 9223372036854775807 --micro-batch 1", &out));
+  EXPECT_NE(out.find("--micro-batch x --seq = 1 x 9223372036854775807 tokens is above the limit"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " info " + ingot::test::source_dir() + "/tests/fixtures/llama --micro-batch 9223372036854775807", &out));
+  EXPECT_NE(out.find("info: --micro-batch x --seq = 9223372036854775807 x 2048 tokens is above the limit"), std::string::npos)
+      << out;
 
   fs::create_directories(root + "/deep");
   write_file(root + "/deep/config.json",

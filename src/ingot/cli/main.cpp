@@ -46,6 +46,8 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
                  const RecipeOptions& recipe_options, const std::string& recompute) {
   INGOT_CHECK(seq >= 1 && micro_batch >= 1, "info: --seq and --micro-batch must be positive, got ", seq, " and ",
               micro_batch);
+  INGOT_CHECK(seq <= kMaxTokensPerStep && micro_batch <= kMaxTokensPerStep / seq, "info: --micro-batch x --seq = ",
+              micro_batch, " x ", seq, " tokens is above the limit of ", kMaxTokensPerStep);
   const std::string dir = resolve_model_dir(model_dir);
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;

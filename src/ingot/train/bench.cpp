@@ -68,6 +68,9 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   INGOT_CHECK(o.warmup >= 0, "ingot bench: --warmup must be 0 or more, got ", o.warmup);
   INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
               " and ", o.micro_batch);
+  INGOT_CHECK(o.seq <= kMaxTokensPerStep && o.micro_batch <= kMaxTokensPerStep / o.seq,
+              "ingot bench: --micro-batch x --seq = ", o.micro_batch, " x ", o.seq, " tokens is above the limit of ",
+              kMaxTokensPerStep);
   INGOT_CHECK(o.packed_doc_len >= 0 && o.packed_doc_len <= o.seq, "ingot bench: --packed-doc-len must lie in [1, --seq ",
               o.seq, "] (0: whole rows), got ", o.packed_doc_len);
   const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");

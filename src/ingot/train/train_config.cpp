@@ -286,8 +286,6 @@ void validate(const TrainConfig& c) {
   }
   if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
   if (c.output_dir.empty()) fail(src, ": key \"output_dir\" must not be empty");
-  // The host stages a step's tokens (ids, targets, positions, segments: 16 bytes a token).
-  constexpr int64_t kMaxTokensPerStep = int64_t{1} << 28;
   if (c.micro_batch_size * c.sequence_len > kMaxTokensPerStep / c.gradient_accumulation_steps)
     fail(src, ": micro_batch_size x sequence_len x gradient_accumulation_steps = ", c.micro_batch_size, " x ",
          c.sequence_len, " x ", c.gradient_accumulation_steps, " tokens a step is above the limit of ", kMaxTokensPerStep);

@@ -11,6 +11,10 @@
 
 namespace ingot {
 
+// The most tokens one optimizer step may hold (the host stages ids, targets, positions and segments:
+// 16 bytes a token). `ingot info` and `ingot bench` apply it to one micro-batch.
+constexpr int64_t kMaxTokensPerStep = int64_t{1} << 28;
+
 struct TrainConfig {
   // model: exactly one of `model` (a Hugging Face directory to start from) or `model_config`
   std::string model;                 // HF dir: config.json + safetensors
