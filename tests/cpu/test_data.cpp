@@ -218,6 +218,26 @@ TEST(DataLoader, TokenOutsideVocabNamesFileIndexValue) {
   EXPECT_NE(msg.find("257"), std::string::npos) << msg;
 }
 
+// Shards from two tokenizers (bad-input review of 2026-12-01: a byte-level and a BPE dataset trained
+// together with exit 0). A shard that records no vocabulary (0) mixes with either.
+TEST(DataLoader, RefusesShardsOfTwoTokenizers) {
+  const std::string dir = test::temp_dir("loader_two_tokenizers");
+  write_shard(dir + "/bytes.bin", {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0}, {}, 257, 2});
+  write_shard(dir + "/bpe.bin", {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0}, {}, 515, 2});
+  write_shard(dir + "/unknown.bin", {{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {0}, {}, 0, 2});
+  DataLoaderConfig c;
+  c.seq_len = 4;
+  c.vocab_size = 1024;
+  c.paths = {dir + "/bytes.bin", dir + "/unknown.bin"};
+  EXPECT_NO_THROW(DataLoader loader(c));
+  c.paths = {dir + "/bytes.bin", dir + "/unknown.bin", dir + "/bpe.bin"};
+  const std::string msg = error_of([&] { DataLoader loader(c); });
+  EXPECT_NE(msg.find("shard " + dir + "/bpe.bin was written by a tokenizer of vocabulary 515, shard " + dir +
+                     "/bytes.bin by one of vocabulary 257: train_data must come from one tokenizer"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(DataLoader, TooShortDatasetIsAnError) {
   const std::string dir = test::temp_dir("loader_short");
   write_shard(dir + "/a.bin", counting_shard(8, 0, 8));

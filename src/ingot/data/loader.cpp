@@ -88,8 +88,18 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
 
   shard_begin_.push_back(0);
   bool any_target = false;  // a token the loss counts
+  std::string first_vocab_file;  // the first shard that records its tokenizer's vocabulary size
+  uint32_t first_vocab = 0;
   for (const std::string& file : files_) {
     Shard shard(file);
+    // The same id means different text under two tokenizers: mixing them trains on noise.
+    if (shard.vocab_size() != 0 && first_vocab == 0) {
+      first_vocab = shard.vocab_size();
+      first_vocab_file = file;
+    } else if (shard.vocab_size() != 0 && shard.vocab_size() != first_vocab) {
+      fail("data: shard ", file, " was written by a tokenizer of vocabulary ", shard.vocab_size(), ", shard ",
+           first_vocab_file, " by one of vocabulary ", first_vocab, ": train_data must come from one tokenizer");
+    }
     const int64_t bad = shard.find_token_at_least(static_cast<uint64_t>(config.vocab_size));
     if (bad >= 0) {
       std::ostringstream note;
