@@ -216,6 +216,9 @@ TEST_F(Training, BenchRefusesBf16FlagsOnTheCpuNamingTheDevice) {
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --grad-dtype bf16", &out));
   EXPECT_NE(out.find("--grad-dtype"), std::string::npos) << out;
   EXPECT_NE(out.find("--device cuda"), std::string::npos) << out;
+  // --no-master-weights too (it was silently ignored on the CPU).
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --no-master-weights", &out));
+  EXPECT_NE(out.find("--no-master-weights belong to the bf16 recipe"), std::string::npos) << out;
 }
 
 // bench --packed-doc-len feeds packed rows (segment ids, positions restarting per document) and
@@ -505,6 +508,10 @@ TEST_F(Training, Bf16OptionsOnTheCpuNameFileKeyAndValue) {
   EXPECT_NE(out.find("cpubf16.yaml"), std::string::npos) << out;
   EXPECT_NE(out.find("optimizer_state_dtype \"bf16\""), std::string::npos) << out;
   EXPECT_NE(out.find("precision bf16"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/x/metrics.jsonl"));
+  // master_weights: false was silently ignored here (bad-input review of 2026-12-01).
+  EXPECT_NE(0, train(tiny_config(data, root + "/x", 2, 0) + "device: cpu\n", "cpubf16", "--set master_weights=false", &out));
+  EXPECT_NE(out.find("cpubf16.yaml: master_weights: false needs precision bf16"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/x/metrics.jsonl"));
 }
 

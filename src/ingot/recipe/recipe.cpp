@@ -15,6 +15,9 @@ void check_recipe_options(const RecipeOptions& options, const std::string& preci
   INGOT_CHECK(!options.stochastic_rounding || (precision != "fp32" && precision != "fp64"),
               "stochastic_rounding: true needs precision bf16 (the CUDA recipe); precision ", precision,
               " stores nothing in bf16");
+  INGOT_CHECK(options.master_weights || (precision != "fp32" && precision != "fp64"),
+              "master_weights: false needs precision bf16 (the CUDA recipe); precision ", precision,
+              " trains its ", precision, " weights themselves, with no separate master copy");
 }
 
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options) {

@@ -80,9 +80,9 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   // bench has no --precision: the device picks it, so a bf16-only flag on the CPU is a device error.
   // (Other bad values fall through to make_recipe, whose message names them.)
   INGOT_CHECK(ctx.device == Device::cuda || (o.recipe.grad_dtype != "bf16" && o.recipe.optimizer_state_dtype != "bf16" &&
-                                               !o.recipe.stochastic_rounding),
-              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16 and --stochastic-rounding belong to the bf16 "
-              "recipe, which runs on CUDA (--device cuda); the CPU benches fp32");
+                                               !o.recipe.stochastic_rounding && o.recipe.master_weights),
+              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16, --stochastic-rounding and --no-master-weights "
+              "belong to the bf16 recipe, which runs on CUDA (--device cuda); the CPU benches fp32");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   INGOT_CHECK(!recipe.stochastic_rounding || rounds_stochastically(recipe),
               "ingot bench: --stochastic-rounding rounds the bf16 stores of the update, and with master weights and f32 "
