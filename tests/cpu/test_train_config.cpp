@@ -103,6 +103,21 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
   EXPECT_NE(message(std::string(kMinimal) + "---\nmax_steps: 4\n").find("2 YAML documents"), std::string::npos);
   const std::string from_set = message(kMinimal, {"max_steps=many"});
   EXPECT_NE(from_set.find("--set max_steps=many: key \"max_steps\" must be an integer"), std::string::npos) << from_set;
+  // Checks across keys name the --set flag that gave the value too (they named the file: review of
+  // 2026-12-01), and the file when the file gave it.
+  for (const auto& [flag, text] :
+       {std::pair{"val_fraction=1", "--set val_fraction=1: key \"val_fraction\" must be below 1"},
+        std::pair{"adam_beta2=1", "--set adam_beta2=1: key \"adam_beta2\" must be below 1"},
+        std::pair{"packing=tight", "--set packing=tight: key \"packing\" must be auto"},
+        std::pair{"device=tpu", "--set device=tpu: key \"device\" must be auto, cpu or cuda"},
+        std::pair{"lr_scheduler_type=exotic", "--set lr_scheduler_type=exotic: unknown lr_scheduler_type \"exotic\""},
+        std::pair{"grad_dtype=bf16", "--set grad_dtype=bf16: grad_dtype \"bf16\" needs precision bf16"},
+        std::pair{"adam_epsilon=0", "--set adam_epsilon=0: key \"adam_epsilon\" must be at least"}}) {
+    const std::string m = message(std::string(kMinimal) + "precision: fp32\n", {flag});
+    EXPECT_NE(m.find(text), std::string::npos) << m;
+  }
+  const std::string from_file = message(std::string(kMinimal) + "adam_epsilon: 1.0e-300\n", {"max_steps=3"});
+  EXPECT_NE(from_file.find("bad.yaml: key \"adam_epsilon\" must be at least"), std::string::npos) << from_file;
 }
 
 // grad_dtype / optimizer_state_dtype: parsed, checked against the precision, and carried into

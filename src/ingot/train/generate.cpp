@@ -63,7 +63,9 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
                                             static_cast<int64_t>(tokens.size()) + o.max_new_tokens);
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
-  const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, {.master_weights = false});
+  // Sampling needs no optimizer: on CUDA the bf16 weights alone, without f32 master copies.
+  const bool cuda = ctx.device == Device::cuda;
+  const Recipe recipe = make_recipe(cuda ? "bf16" : "fp32", ctx.device, {.master_weights = !cuda});
   Transformer model(config, recipe, ctx, 1, context, 1);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
 

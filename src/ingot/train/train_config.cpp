@@ -264,30 +264,49 @@ void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters
   it->second.apply(config, value, where);
 }
 
-void validate(const TrainConfig& c) {
-  const std::string& src = c.source;
+// `set_by_flag`: key -> the "--set key=value" that gave it its final value. A message about a key
+// names where the value came from: the --set flag if one gave it, else the config file.
+void validate(const TrainConfig& c, const std::map<std::string, std::string>& set_by_flag) {
+  auto from = [&](std::initializer_list<const char*> keys) -> const std::string& {
+    for (const char* key : keys)
+      if (auto it = set_by_flag.find(key); it != set_by_flag.end()) return it->second;
+    return c.source;
+  };
   if (c.model.empty() == c.model_config.empty())
-    fail(src, ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
-  if (c.train_data.empty()) fail(src, ": \"train_data\" is required (token shards made by `ingot prepare`)");
-  if (c.val_fraction >= 1.0) fail(src, ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
-  validate_lr_schedule_type(c.lr_scheduler_type);
+    fail(from({"model", "model_config"}),
+         ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
+  if (c.train_data.empty()) fail(from({"train_data"}), ": \"train_data\" is required (token shards made by `ingot prepare`)");
+  if (c.val_fraction >= 1.0) fail(from({"val_fraction"}), ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
+  try {
+    validate_lr_schedule_type(c.lr_scheduler_type);
+  } catch (const Error& e) {
+    fail(from({"lr_scheduler_type"}), ": ", e.what());
+  }
   if (c.packing != "auto" && c.packing != "stream" && c.packing != "packed" && c.packing != "padded")
-    fail(src, ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
+    fail(from({"packing"}), ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
-    fail(src, ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
+    fail(from({"device"}), ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
   if (c.recompute != "none" && c.recompute != "elementwise" && c.recompute != "block")
-    fail(src, ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
+    fail(from({"recompute"}), ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
-    fail(src, ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
+    fail(from({"precision"}), ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
   try {
     check_recipe_options(c.recipe_options(), c.precision);
   } catch (const Error& e) {
-    fail(src, ": ", e.what());
+    fail(from({"grad_dtype", "optimizer_state_dtype", "stochastic_rounding", "master_weights", "precision"}), ": ",
+         e.what());
   }
-  if (c.adam_beta1 >= 1.0 || c.adam_beta2 >= 1.0) fail(src, ": adam_beta1 and adam_beta2 must be below 1");
-  if (c.output_dir.empty()) fail(src, ": key \"output_dir\" must not be empty");
+  if (c.adam_beta1 >= 1.0) fail(from({"adam_beta1"}), ": key \"adam_beta1\" must be below 1, got ", c.adam_beta1);
+  if (c.adam_beta2 >= 1.0) fail(from({"adam_beta2"}), ": key \"adam_beta2\" must be below 1, got ", c.adam_beta2);
+  // At 0 (or below f32's smallest normal number, which rounds to 0 or loses precision), a weight
+  // whose gradient is exactly 0, such as an unused token's embedding row, updates by 0 / 0.
+  if (c.adam_epsilon < double(std::numeric_limits<float>::min()))
+    fail(from({"adam_epsilon"}), ": key \"adam_epsilon\" must be at least ", std::numeric_limits<float>::min(),
+         " (f32's smallest normal number), got ", c.adam_epsilon, ": at 0 a weight with a zero gradient updates by 0/0");
+  if (c.output_dir.empty()) fail(from({"output_dir"}), ": key \"output_dir\" must not be empty");
   if (c.micro_batch_size * c.sequence_len > kMaxTokensPerStep / c.gradient_accumulation_steps)
-    fail(src, ": micro_batch_size x sequence_len x gradient_accumulation_steps = ", c.micro_batch_size, " x ",
+    fail(from({"micro_batch_size", "sequence_len", "gradient_accumulation_steps"}),
+         ": micro_batch_size x sequence_len x gradient_accumulation_steps = ", c.micro_batch_size, " x ",
          c.sequence_len, " x ", c.gradient_accumulation_steps, " tokens a step is above the limit of ", kMaxTokensPerStep);
 }
 
@@ -317,6 +336,7 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
       apply_key(config, setters, key, item.second, source);
     }
   }
+  std::map<std::string, std::string> set_by_flag;
   for (const std::string& override_text : overrides) {
     const size_t eq = override_text.find('=');
     if (eq == std::string::npos || eq == 0) fail("--set \"", override_text, "\": expected key=value");
@@ -329,8 +349,9 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
     }
     if (value.IsNull()) value = YAML::Node(std::string());
     apply_key(config, setters, key, value, "--set " + override_text);
+    set_by_flag[key] = "--set " + override_text;
   }
-  validate(config);
+  validate(config, set_by_flag);
   return config;
 }
 
