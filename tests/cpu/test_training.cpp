@@ -380,7 +380,9 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
                                        std::pair{"--temperature nan", "--temperature must be a finite number >= 0"},
                                        std::pair{"--top-k -1", "--top-k must be 0"},
                                        std::pair{"--max-new-tokens -5", "--max-new-tokens must be 0 or more"},
-                                       std::pair{"--device tpu", "device must be auto, cpu or cuda"}}) {
+                                       std::pair{"--device tpu", "device must be auto, cpu or cuda"},
+                                       std::pair{"--seed -1", "--seed: must be an integer from 0 to 18446744073709551615"},
+                                       std::pair{"--seed 99999999999999999999", "got \"99999999999999999999\""}}) {
     EXPECT_NE(0, run_command(cli() + " generate " + root + "/ok " + flags, &out)) << flags;
     EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
   }

@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <unistd.h>
@@ -177,7 +179,17 @@ int main(int argc, char** argv) {
   generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)");
   generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)");
   generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)");
-  generate->add_option("--seed", gen.seed, "sampling seed (default 0)");
+  // CLI11 reads "-1" into a uint64_t as 2^64 - 1 and clamps what overflows: check the text first.
+  generate->add_option("--seed", gen.seed, "sampling seed (default 0)")
+      ->check(
+          [](const std::string& text) {
+            const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+            errno = 0;
+            if (digits) (void)std::strtoull(text.c_str(), nullptr, 10);
+            return digits && errno != ERANGE ? std::string()
+                                             : "must be an integer from 0 to 18446744073709551615, got \"" + text + "\"";
+          },
+          "0 to 2^64-1");
   generate->add_option("--device", gen.device, "auto | cpu | cuda");
   generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json (default: the model's, else bytes)");
 
