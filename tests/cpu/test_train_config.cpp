@@ -122,6 +122,20 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
 
 // grad_dtype / optimizer_state_dtype: parsed, checked against the precision, and carried into
 // the recipe; a bad value names the key, the file and the value.
+// A typo in an inline model_config is an error with a suggestion (it used to be ignored, training
+// the default instead: bad-input review of 2026-12-01). A config.json may hold any other key.
+TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
+  const std::string model = "model_config:\n  model_type: llama\n  vocab_size: 257\n  hidden_size: 32\n"
+                            "  intermediate_size: 48\n  num_hidden_layers: 1\n  num_attention_heads: 4\n";
+  const TrainConfig ok = parse_train_config(model + "  num_key_value_heads: 2\ntrain_data: d\n", "x.yaml");
+  EXPECT_EQ(resolve_model_config(ok).num_key_value_heads, 2);
+  const TrainConfig typo = parse_train_config(model + "  num_key_valu_heads: 2\ntrain_data: d\n", "x.yaml");
+  const std::string message = error_message([&] { resolve_model_config(typo); });
+  EXPECT_NE(message.find("x.yaml (model_config): unknown key \"num_key_valu_heads\"; did you mean \"num_key_value_heads\"?"),
+            std::string::npos)
+      << message;
+}
+
 TEST(TrainConfig, GradAndOptimizerStateDtypes) {
   const TrainConfig c = parse_train_config(std::string(kMinimal) + "precision: bf16\ngrad_dtype: bf16\n", "x.yaml",
                                            {"optimizer_state_dtype=bf16", "master_weights=false"});

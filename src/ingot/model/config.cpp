@@ -141,6 +141,16 @@ void parse_rope(const json& root, const JsonFields& fields, const std::string& s
 
 }  // namespace
 
+const std::vector<std::string>& model_config_keys() {
+  static const std::vector<std::string> keys = {
+      "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+      "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "initializer_range",
+      "tie_word_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rope_parameters", "bos_token_id",
+      "eos_token_id", "dtype", "torch_dtype", "hidden_act", "mlp_bias", "use_sliding_window", "layer_types",
+      "attention_dropout", "partial_rotary_factor", "architectures", "use_cache"};
+  return keys;
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   const json root = io::parse_json(json_text, source, "model config");
   if (!root.is_object()) fail("model config ", source, " must be a JSON object, got ", json_type_name(root));

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ingot {
 
@@ -43,6 +44,11 @@ struct ModelConfig {
 ModelConfig load_model_config(const std::string& path);
 // Parses config.json text; `source` names the file in error messages.
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source);
+
+// The top-level keys parse_model_config reads (or checks for unsupported features), plus the
+// transformers bookkeeping keys export writes. A config.json may hold others (transformers writes
+// many); a model_config written inline in a training config may not: there, another key is a typo.
+const std::vector<std::string>& model_config_keys();
 // Serialises to a config.json that transformers loads back into the same architecture.
 std::string model_config_to_json(const ModelConfig& config);
 

@@ -382,7 +382,18 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 ModelConfig resolve_model_config(const TrainConfig& c) {
   ModelConfig model;
   if (!c.model.empty()) model = load_model_config(c.model);
-  else if (c.model_config_inline) model = parse_model_config(c.model_config, c.source + " (model_config)");
+  else if (c.model_config_inline) {
+    const std::string source = c.source + " (model_config)";
+    const nlohmann::json inline_config = nlohmann::json::parse(c.model_config);
+    const std::vector<std::string>& known = model_config_keys();
+    for (const auto& [key, value] : inline_config.items()) {
+      if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+      const std::string suggestion = closest_key(key, known);
+      fail(source, ": unknown key \"", key, "\"",
+           suggestion.empty() ? std::string("; docs/formats.md lists the keys") : "; did you mean \"" + suggestion + "\"?");
+    }
+    model = parse_model_config(c.model_config, source);
+  }
   else model = load_model_config(c.model_config);
   if (c.init_std > 0) model.initializer_range = c.init_std;
   return model;
