@@ -636,6 +636,16 @@ TEST_F(Training, DamagedCheckpointsAreRefusedByName) {
             std::string::npos)
       << out;
   fs::remove_all(root + "/run/checkpoint-99999999999999999999");
+  // A trainer state whose step is not its directory's (it resumed at that step with the other's cursor).
+  const std::string state_file = root + "/run/checkpoint-3/trainer_state.json";
+  const std::string state = read_file(state_file);
+  nlohmann::json edited = nlohmann::json::parse(state);
+  edited["step"] = 2;
+  write_file(state_file, edited.dump());
+  EXPECT_NE(0, train(config, "run", "--resume", &out));
+  EXPECT_NE(out.find(state_file + ": key \"step\" is 2, but the checkpoint directory is checkpoint-3"), std::string::npos)
+      << out;
+  write_file(state_file, state);
   ASSERT_EQ(0, train(config, "run", "--resume", &out)) << out;
   EXPECT_TRUE(fs::exists(root + "/run/checkpoint-5"));
 }

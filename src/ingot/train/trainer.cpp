@@ -284,6 +284,11 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     if (!state.contains("data") || !state["data"].is_object())
       fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
     start_step = state["step"].get<int64_t>();
+    // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
+    // up with another checkpoint's, and its data cursor and learning rate would not match.
+    if (fs::path(dir).filename().string() != "checkpoint-" + std::to_string(start_step))
+      fail(state_file, ": key \"step\" is ", start_step, ", but the checkpoint directory is ",
+           fs::path(dir).filename().string(), ": the checkpoint is damaged");
     loader.restore_state(state["data"]);
     log << "resumed from " << dir << " at step " << start_step << "\n";
     for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
