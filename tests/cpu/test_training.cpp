@@ -432,6 +432,12 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   }
   EXPECT_TRUE(fs::exists(ckpt + "/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+  // An output below a file (it printed a raw filesystem error about a temporary name).
+  write_file(root + "/a_file", "x");
+  EXPECT_NE(0, run_command(cli() + " export " + ckpt + " " + root + "/a_file/sub", &out));
+  EXPECT_NE(out.find("export: cannot create output " + root + "/a_file/sub: " + root + "/a_file is not a directory"),
+            std::string::npos)
+      << out;
 
   const std::string meta = read_file(data + "/meta.json"), shard = read_file(data + "/train-00000.bin");
   write_file(root + "/empty.txt", "");

@@ -94,6 +94,13 @@ int command_export(const std::string& source, const std::string& out_dir, const 
     fail("export: output ", out_dir, " exists and is not a directory");
   if (fs::exists(out_dir) && !fs::is_empty(out_dir) && !overwrite)
     fail("export: ", out_dir, " exists and is not empty; pass --overwrite to replace it");
+  for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
+    if (fs::exists(up)) {
+      if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
+      break;
+    }
+    if (up == up.root_path()) break;
+  }
   Context ctx;
   const auto entries = plan_parameters(config);
   std::vector<float> host(static_cast<size_t>(total_numel(entries)), 0.0f);
