@@ -251,7 +251,11 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
   expect_load_error("bad_regex", [](json& r) {
     r["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   }, {"regex"});
-  expect_load_error("not_json", [](json& r) { r = "{"; }, {});  // writes a JSON string: no "model"
+  expect_load_error("not_json", [](json& r) { r = "{"; }, {"must be a JSON object, got string"});
+  // A number or a list at the top, or no model object: these named a json library error (review, 2026-12-01).
+  expect_load_error("number", [](json& r) { r = 5; }, {"a tokenizer.json must be a JSON object, got number"});
+  expect_load_error("list", [](json& r) { r = json::array({r}); }, {"must be a JSON object, got array"});
+  expect_load_error("no_model", [](json& r) { r.erase("model"); }, {"key \"model\"", "must be an object"});
   // Ids index tables: a negative one crashed, a huge one allocated gigabytes (review, 2026-11-30).
   expect_load_error("negative_added_id", [](json& r) {
     r["added_tokens"].push_back({{"id", -1}, {"content", "<|x|>"}, {"special", true}});

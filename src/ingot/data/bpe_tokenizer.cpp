@@ -362,6 +362,9 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   } catch (const json::exception& e) {
     fail(t->path, ": not valid JSON: ", e.what());
   }
+  if (!root.is_object()) fail(t->path, ": a tokenizer.json must be a JSON object, got ", root.type_name());
+  if (!root.contains("model") || !root["model"].is_object())
+    fail(t->path, ": key \"model\" (the tokenizer's vocab and merges) must be an object");
   try {
     const json& model = root.at("model");
     const std::string model_type = model.value("type", std::string(model.contains("merges") ? "BPE" : "?"));
