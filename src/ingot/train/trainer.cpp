@@ -141,8 +141,8 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
     return nullptr;
   }
   if (!old.empty() && !o.overwrite)
-    fail("output_dir ", c.output_dir, " already holds a run (metrics.jsonl or checkpoint-*); "
-         "pass --resume to continue it or --overwrite to replace it");
+    fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
+         "; a run is metrics.jsonl, loss.svg and checkpoint-*); pass --resume to continue it or --overwrite to replace it");
   fs::create_directories(dir);
   return std::make_unique<ReplacedRun>(dir, old);
 }
