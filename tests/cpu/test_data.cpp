@@ -576,7 +576,7 @@ TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   o.shard_tokens = 3;  // a shard is already finished when the error comes
   std::string msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find(file + ":3"), std::string::npos) << msg;
-  EXPECT_TRUE(fs::is_empty(dir + "/out"));  // no partial dataset left behind
+  EXPECT_FALSE(fs::exists(dir + "/out"));  // no partial dataset, nor the directory it created, left behind
 
   o.skip_invalid_json = true;
   const PrepareReport r = prepare_dataset(o, tok);
@@ -601,6 +601,12 @@ TEST(DataPrepare, EmptyInputIsAnError) {
   o.output_dir = dir + "/out";
   std::string msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find("no documents"), std::string::npos) << msg;
+  // The failed prepare takes back the output directory it created (review, 2026-12-01), and
+  // leaves one that was there before.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out"));
+  std::filesystem::create_directories(dir + "/out");
+  error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_TRUE(std::filesystem::is_directory(dir + "/out"));
   o.inputs = {dir + "/missing"};
   msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find(dir + "/missing"), std::string::npos) << msg;

@@ -172,16 +172,30 @@ std::vector<fs::path> dataset_files(const fs::path& dir) {
 
 // Creates the output directory; refuses one holding a dataset unless overwrite is on. Nothing is
 // deleted here: the new dataset is built aside and replaces the old one only once it is complete.
-void check_output(const PrepareOptions& options) {
+// Returns whether it created the directory.
+bool check_output(const PrepareOptions& options) {
   const fs::path dir(options.output_dir);
   std::error_code ec;
+  const bool existed = fs::exists(dir);
   fs::create_directories(dir, ec);
   if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
   const std::vector<fs::path> old = dataset_files(dir);
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
               " dataset files); choose another directory or set overwrite (--overwrite)");
+  return !existed;
 }
+
+// A prepare that fails takes back the output directory it created, so nothing is left that was not
+// there before (the staging folder inside it is gone by then).
+struct CreatedOutputDir {
+  fs::path path;
+  bool created;
+  ~CreatedOutputDir() {
+    std::error_code ec;
+    if (created && fs::is_empty(path, ec) && !ec) fs::remove(path, ec);
+  }
+};
 
 // A hidden folder inside the output directory (same filesystem, so the final moves are renames;
 // hidden, so a later prepare of the parent skips it). Removed unless commit() ran.
@@ -438,7 +452,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
                                          "separate documents (eos_token in tokenizer_config.json)");
   }
   const std::vector<InputFile> files = collect_inputs(options);
-  check_output(options);
+  const CreatedOutputDir created_output{options.output_dir, check_output(options)};
   StagingDir staging(options.output_dir);
   PrepareOptions staged = options;  // every file is written into the staging folder
   staged.output_dir = staging.path.string();
