@@ -556,23 +556,27 @@ TEST_F(Training, MissingOrMismatchedWeights) {
   EXPECT_NE(0, finetune(root + "/noweights"));
   EXPECT_NE(out.find("noweights"), std::string::npos) << out;
 
+  // root/NAME: the weights of `from` under its config.json with the text `was` replaced by `now`.
+  auto with_edited_config = [&](const std::string& name, const std::string& from, const std::string& was,
+                                const std::string& now) {
+    const std::string dir = root + "/" + name;
+    fs::create_directories(dir);
+    fs::copy_file(from + "/model.safetensors", dir + "/model.safetensors");
+    std::string json = read_file(from + "/config.json");
+    const size_t at = json.find(was);
+    if (at == std::string::npos) ADD_FAILURE() << from << "/config.json holds no " << was;
+    else json.replace(at, was.size(), now);
+    write_file(dir + "/config.json", json);
+    return dir;
+  };
+
   // Shape disagrees with config.json: widen the MLP in config.json only.
-  fs::create_directories(root + "/badshape");
-  fs::copy_file(model + "/model.safetensors", root + "/badshape/model.safetensors");
-  std::string json = read_file(model + "/config.json");
-  json.replace(json.find("\"intermediate_size\": 48"), 23, "\"intermediate_size\": 50");
-  write_file(root + "/badshape/config.json", json);
-  EXPECT_NE(0, finetune(root + "/badshape"));
+  EXPECT_NE(0, finetune(with_edited_config("badshape", model, "\"intermediate_size\": 48", "\"intermediate_size\": 50")));
   EXPECT_NE(out.find("mlp.gate_proj.weight"), std::string::npos) << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
 
   // A missing tensor: an untied config needs lm_head.weight, which a tied checkpoint lacks.
-  fs::create_directories(root + "/missing");
-  fs::copy_file(model + "/model.safetensors", root + "/missing/model.safetensors");
-  json = read_file(model + "/config.json");
-  json.replace(json.find("\"tie_word_embeddings\": true"), 27, "\"tie_word_embeddings\": false");
-  write_file(root + "/missing/config.json", json);
-  EXPECT_NE(0, finetune(root + "/missing"));
+  EXPECT_NE(0, finetune(with_edited_config("missing", model, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false")));
   EXPECT_NE(out.find("lm_head.weight"), std::string::npos) << out;
 
   // Truncated weights file.
@@ -585,24 +589,15 @@ TEST_F(Training, MissingOrMismatchedWeights) {
 
   // Weights config.json has no place for (bad-input review of 2026-12-01: they used to vanish from
   // training and export). One layer fewer than the file holds:
-  fs::create_directories(root + "/fewer");
-  fs::copy_file(model + "/model.safetensors", root + "/fewer/model.safetensors");
-  json = read_file(model + "/config.json");
-  json.replace(json.find("\"num_hidden_layers\": 2"), 22, "\"num_hidden_layers\": 1");
-  write_file(root + "/fewer/config.json", json);
-  EXPECT_NE(0, finetune(root + "/fewer"));
+  EXPECT_NE(0, finetune(with_edited_config("fewer", model, "\"num_hidden_layers\": 2", "\"num_hidden_layers\": 1")));
   EXPECT_NE(out.find("has no place for (\"model.layers.1."), std::string::npos) << out;
   EXPECT_NE(out.find("num_hidden_layers"), std::string::npos) << out;
   // A trained LM head of its own under a config that ties it to the embedding:
   std::string untied = tiny_config(data, root + "/untied", 1, 0);
   untied.replace(untied.find("tie_word_embeddings: true"), 25, "tie_word_embeddings: false");
   ASSERT_EQ(0, train(untied, "untied", "", &out)) << out;
-  fs::create_directories(root + "/retied");
-  fs::copy_file(root + "/untied/checkpoint-1/model.safetensors", root + "/retied/model.safetensors");
-  json = read_file(root + "/untied/checkpoint-1/config.json");
-  json.replace(json.find("\"tie_word_embeddings\": false"), 28, "\"tie_word_embeddings\": true");
-  write_file(root + "/retied/config.json", json);
-  EXPECT_NE(0, finetune(root + "/retied"));
+  EXPECT_NE(0, finetune(with_edited_config("retied", root + "/untied/checkpoint-1", "\"tie_word_embeddings\": false",
+                                           "\"tie_word_embeddings\": true")));
   EXPECT_NE(out.find("\"lm_head.weight\" in " + root + "/retied/model.safetensors differs from model.embed_tokens.weight"),
             std::string::npos)
       << out;
