@@ -508,18 +508,20 @@ TEST_F(Training, UnknownKeySuggestsClosest) {
 }
 
 // bf16 gradients or moments on the CPU (precision auto resolves to fp32 there): refused before
-// training, naming the config file, the key and its value.
+// training, naming where the value came from (the config file, or the --set flag), the key and its value.
 TEST_F(Training, Bf16OptionsOnTheCpuNameFileKeyAndValue) {
   std::string out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/x", 2, 0) + "device: cpu\noptimizer_state_dtype: bf16\n", "cpubf16", "", &out));
+  EXPECT_NE(out.find("cpubf16.yaml: optimizer_state_dtype \"bf16\" needs precision bf16"), std::string::npos) << out;
   EXPECT_NE(0, train(tiny_config(data, root + "/x", 2, 0) + "device: cpu\n", "cpubf16", "--set optimizer_state_dtype=bf16",
                      &out));
-  EXPECT_NE(out.find("cpubf16.yaml"), std::string::npos) << out;
-  EXPECT_NE(out.find("optimizer_state_dtype \"bf16\""), std::string::npos) << out;
-  EXPECT_NE(out.find("precision bf16"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set optimizer_state_dtype=bf16: optimizer_state_dtype \"bf16\" needs precision bf16"),
+            std::string::npos)
+      << out;
   EXPECT_FALSE(fs::exists(root + "/x/metrics.jsonl"));
   // master_weights: false was silently ignored here (bad-input review of 2026-12-01).
   EXPECT_NE(0, train(tiny_config(data, root + "/x", 2, 0) + "device: cpu\n", "cpubf16", "--set master_weights=false", &out));
-  EXPECT_NE(out.find("cpubf16.yaml: master_weights: false needs precision bf16"), std::string::npos) << out;
+  EXPECT_NE(out.find("--set master_weights=false: master_weights: false needs precision bf16"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/x/metrics.jsonl"));
 }
 

@@ -264,14 +264,10 @@ void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters
   it->second.apply(config, value, where);
 }
 
-// `set_by_flag`: key -> the "--set key=value" that gave it its final value. A message about a key
-// names where the value came from: the --set flag if one gave it, else the config file.
-void validate(const TrainConfig& c, const std::map<std::string, std::string>& set_by_flag) {
-  auto from = [&](std::initializer_list<const char*> keys) -> const std::string& {
-    for (const char* key : keys)
-      if (auto it = set_by_flag.find(key); it != set_by_flag.end()) return it->second;
-    return c.source;
-  };
+// A message about a key names where its value came from: the --set flag if one gave it, else the
+// config file.
+void validate(const TrainConfig& c) {
+  auto from = [&](std::initializer_list<const char*> keys) -> const std::string& { return c.source_of(keys); };
   if (c.model.empty() == c.model_config.empty())
     fail(from({"model", "model_config"}),
          ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
@@ -336,7 +332,6 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
       apply_key(config, setters, key, item.second, source);
     }
   }
-  std::map<std::string, std::string> set_by_flag;
   for (const std::string& override_text : overrides) {
     const size_t eq = override_text.find('=');
     if (eq == std::string::npos || eq == 0) fail("--set \"", override_text, "\": expected key=value");
@@ -349,9 +344,9 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
     }
     if (value.IsNull()) value = YAML::Node(std::string());
     apply_key(config, setters, key, value, "--set " + override_text);
-    set_by_flag[key] = "--set " + override_text;
+    config.set_by_flag[key] = "--set " + override_text;
   }
-  validate(config, set_by_flag);
+  validate(config);
   return config;
 }
 

@@ -3,6 +3,8 @@
 // table in train_config.cpp is the single source both the parser and `ingot train --list-keys` use.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,15 @@ struct TrainConfig {
   double init_std = 0.0;             // > 0 overrides config.json's initializer_range (from scratch)
 
   std::string source;                // the file it came from, for messages
+  std::map<std::string, std::string> set_by_flag;  // key -> the "--set key=value" that gave its value
+
+  // Where the value of the first of `keys` that a --set flag gave came from ("--set key=value"),
+  // else the config file: what an error about those keys' values names.
+  const std::string& source_of(std::initializer_list<const char*> keys) const {
+    for (const char* key : keys)
+      if (auto it = set_by_flag.find(key); it != set_by_flag.end()) return it->second;
+    return source;
+  }
 };
 
 struct ConfigKeyInfo {

@@ -209,7 +209,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     try {
       return make_recipe(precision, ctx.device, c.recipe_options());
     } catch (const Error& e) {
-      fail(c.source, ": ", e.what());
+      fail(c.source_of({"grad_dtype", "optimizer_state_dtype", "stochastic_rounding", "master_weights", "precision"}), ": ",
+           e.what());
     }
   }();
 
