@@ -195,6 +195,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.initializer_range = fields.get_number("initializer_range", 0.02);
   config.tie_word_embeddings = fields.get_bool("tie_word_embeddings", false);
   config.attention_bias = arch == Architecture::qwen2 ? true : fields.get_bool("attention_bias", false);
+  // transformers' Llama and Qwen3 put a bias on o_proj as well when attention_bias is true; Ingot's
+  // blocks have q/k/v biases only (Qwen2's layout), so such a model would lose its o_proj bias.
+  if (arch != Architecture::qwen2 && config.attention_bias)
+    fail("key \"attention_bias\" in ", source, " is true; ", config.model_type,
+         " attention with biases (q, k, v and o_proj, as transformers builds it) is not supported");
   config.qk_norm = arch == Architecture::qwen3;
   parse_rope(root, fields, source, &config);
 
