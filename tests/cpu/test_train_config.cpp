@@ -116,6 +116,11 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
     const std::string m = message(std::string(kMinimal) + "precision: fp32\n", {flag});
     EXPECT_NE(m.find(text), std::string::npos) << m;
   }
+  // The key at fault decides: grad_dtype came from the file, so the file is named, not the
+  // other recipe flag given with --set (review of 2026-12-01).
+  const std::string grad_from_file =
+      message(std::string(kMinimal) + "precision: fp32\ngrad_dtype: bf16\n", {"master_weights=true"});
+  EXPECT_NE(grad_from_file.find("bad.yaml: grad_dtype \"bf16\" needs precision bf16"), std::string::npos) << grad_from_file;
   const std::string from_file = message(std::string(kMinimal) + "adam_epsilon: 1.0e-300\n", {"max_steps=3"});
   EXPECT_NE(from_file.find("bad.yaml: key \"adam_epsilon\" must be at least"), std::string::npos) << from_file;
 }

@@ -5,19 +5,27 @@
 
 namespace ingot {
 
-void check_recipe_options(const RecipeOptions& options, const std::string& precision) {
+RecipeOptionProblem find_recipe_option_problem(const RecipeOptions& options, const std::string& precision) {
+  const bool full_precision = precision == "fp32" || precision == "fp64";
   for (const auto& [key, value] : {std::pair{"grad_dtype", &options.grad_dtype},
                                    std::pair{"optimizer_state_dtype", &options.optimizer_state_dtype}}) {
-    if (*value != "f32" && *value != "bf16") fail(key, " must be f32 or bf16, got \"", *value, "\"");
-    INGOT_CHECK(*value == "f32" || (precision != "fp32" && precision != "fp64"), key, " \"", *value,
-                "\" needs precision bf16 (the CUDA recipe); precision ", precision, " keeps every tensor in ", precision);
+    if (*value != "f32" && *value != "bf16") return {key, std::string(key) + " must be f32 or bf16, got \"" + *value + "\""};
+    if (*value == "bf16" && full_precision)
+      return {key, std::string(key) + " \"bf16\" needs precision bf16 (the CUDA recipe); precision " + precision +
+                       " keeps every tensor in " + precision};
   }
-  INGOT_CHECK(!options.stochastic_rounding || (precision != "fp32" && precision != "fp64"),
-              "stochastic_rounding: true needs precision bf16 (the CUDA recipe); precision ", precision,
-              " stores nothing in bf16");
-  INGOT_CHECK(options.master_weights || (precision != "fp32" && precision != "fp64"),
-              "master_weights: false needs precision bf16 (the CUDA recipe); precision ", precision,
-              " trains its ", precision, " weights themselves, with no separate master copy");
+  if (options.stochastic_rounding && full_precision)
+    return {"stochastic_rounding", "stochastic_rounding: true needs precision bf16 (the CUDA recipe); precision " +
+                                       precision + " stores nothing in bf16"};
+  if (!options.master_weights && full_precision)
+    return {"master_weights", "master_weights: false needs precision bf16 (the CUDA recipe); precision " + precision +
+                                  " trains its " + precision + " weights themselves, with no separate master copy"};
+  return {};
+}
+
+void check_recipe_options(const RecipeOptions& options, const std::string& precision) {
+  if (const RecipeOptionProblem problem = find_recipe_option_problem(options, precision); problem.key)
+    fail(problem.message);
 }
 
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options) {

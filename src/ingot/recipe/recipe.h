@@ -35,9 +35,17 @@ struct RecipeOptions {
 Recipe make_recipe(const std::string& precision, Device device, const RecipeOptions& options = {});
 
 // What make_recipe checks of the options, callable before the device is known (the config parser):
-// each dtype is f32 or bf16, and precision fp32 / fp64 takes only f32 and no stochastic rounding
-// ("auto" checks the values only). Errors name the key and its value.
+// each dtype is f32 or bf16, and precision fp32 / fp64 takes only f32, master weights on and no
+// stochastic rounding ("auto" checks the values only). Errors name the key and its value.
 void check_recipe_options(const RecipeOptions& options, const std::string& precision);
+
+// The same checks, reported instead of thrown: the key of the first option at fault and the
+// message, or a null key. The config names where that key's value came from (the file or --set).
+struct RecipeOptionProblem {
+  const char* key = nullptr;
+  std::string message;
+};
+RecipeOptionProblem find_recipe_option_problem(const RecipeOptions& options, const std::string& precision);
 
 // Whether the optimizer rounds any store stochastically: stochastic_rounding is set and some store
 // carries an update in bf16 (weights without master, or bf16 moments). With master weights and

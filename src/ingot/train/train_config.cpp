@@ -286,12 +286,8 @@ void validate(const TrainConfig& c) {
     fail(from({"recompute"}), ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
     fail(from({"precision"}), ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
-  try {
-    check_recipe_options(c.recipe_options(), c.precision);
-  } catch (const Error& e) {
-    fail(from({"grad_dtype", "optimizer_state_dtype", "stochastic_rounding", "master_weights", "precision"}), ": ",
-         e.what());
-  }
+  if (const RecipeOptionProblem problem = find_recipe_option_problem(c.recipe_options(), c.precision); problem.key)
+    fail(from({problem.key}), ": ", problem.message);
   if (c.adam_beta1 >= 1.0) fail(from({"adam_beta1"}), ": key \"adam_beta1\" must be below 1, got ", c.adam_beta1);
   if (c.adam_beta2 >= 1.0) fail(from({"adam_beta2"}), ": key \"adam_beta2\" must be below 1, got ", c.adam_beta2);
   // At 0 (or below f32's smallest normal number, which rounds to 0 or loses precision), a weight

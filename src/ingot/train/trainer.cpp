@@ -205,12 +205,13 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
   const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
+  if (const RecipeOptionProblem problem = find_recipe_option_problem(c.recipe_options(), precision); problem.key)
+    fail(c.source_of({problem.key}), ": ", problem.message);
   const Recipe recipe = [&] {
     try {
       return make_recipe(precision, ctx.device, c.recipe_options());
     } catch (const Error& e) {
-      fail(c.source_of({"grad_dtype", "optimizer_state_dtype", "stochastic_rounding", "master_weights", "precision"}), ": ",
-           e.what());
+      fail(c.source_of({"precision"}), ": ", e.what());
     }
   }();
 
