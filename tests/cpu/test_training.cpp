@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/io/safetensors.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -603,6 +604,28 @@ TEST_F(Training, MissingOrMismatchedWeights) {
   EXPECT_NE(out.find("\"lm_head.weight\" in " + root + "/retied/model.safetensors differs from model.embed_tokens.weight"),
             std::string::npos)
       << out;
+  // What transformers skips loads too: an lm_head.weight that repeats the tied embedding (Qwen3-0.6B
+  // ships one) and RoPE's inv_freq buffers (older Llama exports).
+  {
+    const auto reader = ingot::io::SafeTensorsReader::open(model + "/model.safetensors");
+    std::vector<ingot::io::TensorToWrite> tensors;
+    auto host = [](const ingot::io::SafeTensorInfo& info) {
+      ingot::Tensor t(const_cast<void*>(info.data), info.dtype, ingot::Device::cpu, {});
+      for (int64_t d : info.shape) t.shape[t.ndim++] = d;
+      return ingot::io::TensorToWrite{info.name, t, info.dtype};
+    };
+    for (const std::string& name : reader.names()) tensors.push_back(host(reader.get(name)));
+    ingot::io::TensorToWrite head = host(reader.get("model.embed_tokens.weight"));
+    head.name = "lm_head.weight";
+    tensors.push_back(head);
+    std::vector<float> inv_freq(4, 0.5f);
+    tensors.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq",
+                       ingot::Tensor(inv_freq.data(), ingot::DType::f32, ingot::Device::cpu, {4}), ingot::DType::f32});
+    fs::create_directories(root + "/extras");
+    fs::copy_file(model + "/config.json", root + "/extras/config.json");
+    ingot::io::write_safetensors(root + "/extras/model.safetensors", tensors);
+  }
+  EXPECT_EQ(0, finetune(root + "/extras")) << out;
 }
 
 // A damaged checkpoint is refused by name before it trains (bad-input review of 2026-12-01: a
