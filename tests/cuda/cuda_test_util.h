@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,8 +70,9 @@ inline uint64_t test_seed(uint64_t seed) {
     const char* env = std::getenv("INGOT_TEST_SEED");
     if (env == nullptr || *env == '\0') return uint64_t{0};
     char* end = nullptr;
+    errno = 0;
     const unsigned long long n = std::strtoull(env, &end, 10);
-    if (*end != '\0' || env[0] == '-') {
+    if (*end != '\0' || std::strspn(env, "0123456789") != std::strlen(env) || errno == ERANGE) {
       std::fprintf(stderr, "INGOT_TEST_SEED must be a non-negative integer, got \"%s\"\n", env);
       std::exit(2);
     }
