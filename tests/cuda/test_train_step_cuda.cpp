@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "ingot/model/transformer.h"
@@ -215,20 +216,41 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
     EXPECT_NE(std::string(e.what()).find("INGOT_ATTENTION_WORKSPACE_MIB"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("\"half\""), std::string::npos) << e.what();
   }
-  // So is a misspelt INGOT_ATTENTION, which used to run the default path quietly.
   unsetenv("INGOT_ATTENTION_WORKSPACE_MIB");
-  struct UnsetMode {
-    ~UnsetMode() { unsetenv("INGOT_ATTENTION"); }
-  } unset_mode;
-  setenv("INGOT_ATTENTION", "cudnn_fast", 1);
-  try {
-    fit_attention_workspace(m, cuda_ctx.ctx);
-    ADD_FAILURE() << "a misspelt INGOT_ATTENTION was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("INGOT_ATTENTION must be one of cudnn-fast, mma, kernels"), std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("\"cudnn_fast\""), std::string::npos) << e.what();
+}
+
+// The engine switches stop a run before its first step when misspelt (they used to measure the
+// default quietly): the attention ones in the memory plan, INGOT_GEMM_TUNE when the CUDA state is made.
+TEST(CudaMemoryPlan, MisspeltEngineSwitchesStopTheRun) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  test::CudaContext cuda_ctx;
+  TrainingMemory m;  // a plan that fits: only the switches can stop it
+  m.attention = {1, 256, 32, 8, 64, false};
+  for (const auto& [name, value, choices] :
+       {std::tuple{"INGOT_ATTENTION", "cudnn_fast", "must be one of cudnn-fast, mma, kernels (or unset)"},
+        std::tuple{"INGOT_ATTENTION_MMA_SYNC", "on", "must be one of 0, 1 (or unset)"},
+        std::tuple{"INGOT_ATTENTION_REPORT", "yes", "must be one of 0, 1 (or unset)"}}) {
+    setenv(name, value, 1);
+    try {
+      fit_attention_workspace(m, cuda_ctx.ctx);
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(name) + " " + choices + ", got \"" + value + "\""), std::string::npos)
+          << e.what();
+    }
+    unsetenv(name);
   }
+  EXPECT_NO_THROW(fit_attention_workspace(m, cuda_ctx.ctx));
+  setenv("INGOT_GEMM_TUNE", "yes", 1);
+  try {
+    cuda::destroy_state(cuda::create_state(0));
+    ADD_FAILURE() << "INGOT_GEMM_TUNE=yes was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("INGOT_GEMM_TUNE must be one of 0, report (or unset), got \"yes\""),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("INGOT_GEMM_TUNE");
 }
 
 }  // namespace
