@@ -49,6 +49,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 // transformers bookkeeping keys export writes. A config.json may hold others (transformers writes
 // many); a model_config written inline in a training config may not: there, another key is a typo.
 const std::vector<std::string>& model_config_keys();
+
 // Serialises to a config.json that transformers loads back into the same architecture.
 std::string model_config_to_json(const ModelConfig& config);
 
