@@ -604,6 +604,11 @@ TEST(DataPrepare, EmptyInputIsAnError) {
   // The failed prepare takes back the output directory it created (review, 2026-12-01), and
   // leaves one that was there before.
   EXPECT_FALSE(std::filesystem::exists(dir + "/out"));
+  o.output_dir = dir + "/new/deeper/out";  // every level it made goes, the test's folder stays
+  error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_FALSE(std::filesystem::exists(dir + "/new"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir));
+  o.output_dir = dir + "/out";
   std::filesystem::create_directories(dir + "/out");
   error_of([&] { prepare_dataset(o, tok); });
   EXPECT_TRUE(std::filesystem::is_directory(dir + "/out"));

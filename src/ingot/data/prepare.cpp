@@ -172,28 +172,36 @@ std::vector<fs::path> dataset_files(const fs::path& dir) {
 
 // Creates the output directory; refuses one holding a dataset unless overwrite is on. Nothing is
 // deleted here: the new dataset is built aside and replaces the old one only once it is complete.
-// Returns whether it created the directory.
-bool check_output(const PrepareOptions& options) {
+// Returns the outermost directory it created (empty if the output directory existed).
+fs::path check_output(const PrepareOptions& options) {
   const fs::path dir(options.output_dir);
   std::error_code ec;
-  const bool existed = fs::exists(dir);
+  fs::path outermost_new;
+  for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
+    outermost_new = p;
+    if (p == p.root_path()) break;
+  }
   fs::create_directories(dir, ec);
   if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
   const std::vector<fs::path> old = dataset_files(dir);
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
               " dataset files); choose another directory or set overwrite (--overwrite)");
-  return !existed;
+  return outermost_new;
 }
 
-// A prepare that fails takes back the output directory it created, so nothing is left that was not
-// there before (the staging folder inside it is gone by then).
+// A prepare that fails takes back the directories it created for its output, innermost first and
+// only while empty, so nothing is left that was not there before (the staging folder inside is
+// gone by then).
 struct CreatedOutputDir {
-  fs::path path;
-  bool created;
+  fs::path path, outermost_new;
   ~CreatedOutputDir() {
+    if (outermost_new.empty()) return;
     std::error_code ec;
-    if (created && fs::is_empty(path, ec) && !ec) fs::remove(path, ec);
+    for (fs::path p = fs::absolute(path); fs::is_empty(p, ec) && !ec; p = p.parent_path()) {
+      fs::remove(p, ec);
+      if (ec || p == outermost_new) break;
+    }
   }
 };
 
