@@ -267,37 +267,36 @@ void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters
 // A message about a key names where its value came from: the --set flag if one gave it, else the
 // config file.
 void validate(const TrainConfig& c) {
-  auto from = [&](std::initializer_list<const char*> keys) -> const std::string& { return c.source_of(keys); };
   if (c.model.empty() == c.model_config.empty())
-    fail(from({"model", "model_config"}),
+    fail(c.source_of({"model", "model_config"}),
          ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
-  if (c.train_data.empty()) fail(from({"train_data"}), ": \"train_data\" is required (token shards made by `ingot prepare`)");
-  if (c.val_fraction >= 1.0) fail(from({"val_fraction"}), ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
+  if (c.train_data.empty()) fail(c.source_of({"train_data"}), ": \"train_data\" is required (token shards made by `ingot prepare`)");
+  if (c.val_fraction >= 1.0) fail(c.source_of({"val_fraction"}), ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
   try {
     validate_lr_schedule_type(c.lr_scheduler_type);
   } catch (const Error& e) {
-    fail(from({"lr_scheduler_type"}), ": ", e.what());
+    fail(c.source_of({"lr_scheduler_type"}), ": ", e.what());
   }
   if (c.packing != "auto" && c.packing != "stream" && c.packing != "packed" && c.packing != "padded")
-    fail(from({"packing"}), ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
+    fail(c.source_of({"packing"}), ": key \"packing\" must be auto, stream, packed or padded, got \"", c.packing, "\"");
   if (c.device != "auto" && c.device != "cpu" && c.device != "cuda")
-    fail(from({"device"}), ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
+    fail(c.source_of({"device"}), ": key \"device\" must be auto, cpu or cuda, got \"", c.device, "\"");
   if (c.recompute != "none" && c.recompute != "elementwise" && c.recompute != "block")
-    fail(from({"recompute"}), ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
+    fail(c.source_of({"recompute"}), ": key \"recompute\" must be none, elementwise or block, got \"", c.recompute, "\"");
   if (c.precision != "auto" && c.precision != "fp32" && c.precision != "bf16")
-    fail(from({"precision"}), ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
+    fail(c.source_of({"precision"}), ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
   if (const RecipeOptionProblem problem = find_recipe_option_problem(c.recipe_options(), c.precision); problem.key)
-    fail(from({problem.key}), ": ", problem.message);
-  if (c.adam_beta1 >= 1.0) fail(from({"adam_beta1"}), ": key \"adam_beta1\" must be below 1, got ", c.adam_beta1);
-  if (c.adam_beta2 >= 1.0) fail(from({"adam_beta2"}), ": key \"adam_beta2\" must be below 1, got ", c.adam_beta2);
+    fail(c.source_of({problem.key}), ": ", problem.message);
+  if (c.adam_beta1 >= 1.0) fail(c.source_of({"adam_beta1"}), ": key \"adam_beta1\" must be below 1, got ", c.adam_beta1);
+  if (c.adam_beta2 >= 1.0) fail(c.source_of({"adam_beta2"}), ": key \"adam_beta2\" must be below 1, got ", c.adam_beta2);
   // At 0 (or below f32's smallest normal number, which rounds to 0 or loses precision), a weight
   // whose gradient is exactly 0, such as an unused token's embedding row, updates by 0 / 0.
   if (c.adam_epsilon < double(std::numeric_limits<float>::min()))
-    fail(from({"adam_epsilon"}), ": key \"adam_epsilon\" must be at least ", std::numeric_limits<float>::min(),
+    fail(c.source_of({"adam_epsilon"}), ": key \"adam_epsilon\" must be at least ", std::numeric_limits<float>::min(),
          " (f32's smallest normal number), got ", c.adam_epsilon, ": at 0 a weight with a zero gradient updates by 0/0");
-  if (c.output_dir.empty()) fail(from({"output_dir"}), ": key \"output_dir\" must not be empty");
+  if (c.output_dir.empty()) fail(c.source_of({"output_dir"}), ": key \"output_dir\" must not be empty");
   if (c.micro_batch_size * c.sequence_len > kMaxTokensPerStep / c.gradient_accumulation_steps)
-    fail(from({"micro_batch_size", "sequence_len", "gradient_accumulation_steps"}),
+    fail(c.source_of({"micro_batch_size", "sequence_len", "gradient_accumulation_steps"}),
          ": micro_batch_size x sequence_len x gradient_accumulation_steps = ", c.micro_batch_size, " x ",
          c.sequence_len, " x ", c.gradient_accumulation_steps, " tokens a step is above the limit of ", kMaxTokensPerStep);
 }
