@@ -228,7 +228,8 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   fs::create_directories(root + "/tiny");
   write_file(root + "/tiny/config.json",
              R"({"model_type": "llama", "vocab_size": 257, "hidden_size": 32, "intermediate_size": 48,
-                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2})");
+                 "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "max_position_embeddings": 32})");
   const std::string bench = cli() + " bench --model " + root + "/tiny --device cpu --seq 64 --micro-batch 2 --steps 2 --warmup 0";
   auto flops_of = [](const std::string& out) {
     const size_t at = out.find("\"flops_per_token\":");
@@ -242,6 +243,9 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   EXPECT_LT(flops_of(packed), flops_of(whole)) << whole << packed;
   ASSERT_EQ(0, run_command(bench + " --packed-doc-len 8", &text)) << text;
   EXPECT_NE(text.find("packed rows: document lengths drawn with mean 8"), std::string::npos) << text;
+  // --seq 64 is past the config's 32 positions: timed all the same, with a warning (as `ingot train` gives).
+  EXPECT_NE(text.find("warning: --seq 64 is above max_position_embeddings 32 of " + root + "/tiny"), std::string::npos)
+      << text;
   EXPECT_NE(0, run_command(bench + " --packed-doc-len 65", &out));
   EXPECT_NE(out.find("--packed-doc-len must lie in [1, --seq 64]"), std::string::npos) << out;
 }

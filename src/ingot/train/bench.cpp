@@ -75,6 +75,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
               o.seq, "] (0: whole rows), got ", o.packed_doc_len);
   const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");
   ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
+  // As in `ingot train`: RoPE reaches any position, so the timing holds; a pretrained model's quality would not.
+  if (o.seq > config.max_position_embeddings)
+    log << "warning: --seq " << o.seq << " is above max_position_embeddings " << config.max_position_embeddings
+        << " of " << o.model << ": a pretrained model has not seen those positions\n";
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
   // bench has no --precision: the device picks it, so a bf16-only flag on the CPU is a device error.
