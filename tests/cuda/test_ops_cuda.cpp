@@ -370,8 +370,10 @@ TEST_F(CudaOps, Linear) {
 }
 
 // Choosing a GEMM algorithm by timing must not change a single bit: the forward, din and the
-// accumulated f32 dweight of a timed-plan context equal those of a first-choice context. Shapes
-// large enough that cuBLASLt offers several candidates, including the in-place residual form.
+// f32 dweight of a timed-plan context equal those of a first-choice context. Shapes large enough
+// that cuBLASLt offers several candidates, including the in-place residual form. The dweight is
+// overwritten (beta 0, a step's first micro-batch), then accumulated twice (beta 1, the later
+// ones): a plan timed at one beta must not serve the other unchecked.
 TEST_F(CudaOps, TimedGemmChoiceKeepsTheFirstChoicesBits) {
   const int64_t N = 2048, I = 1024, O = 3072;
   const Floats x = randn(N * I, 50), w = randn(O * I, 51, 0.05), res = randn(N * O, 52),
@@ -389,8 +391,9 @@ TEST_F(CudaOps, TimedGemmChoiceKeepsTheFirstChoicesBits) {
     Tensor gdw = upload(dw0, DType::f32, {O, I});
     ops::linear_forward(ctx, gout, gx, gw, Tensor{});
     ops::linear_forward(ctx, gres, gx, gw, Tensor{}, gres);  // residual added in place
-    ops::linear_backward(ctx, gdin, gdw, Tensor{}, gdout, gx, gw);
-    ops::linear_backward(ctx, Tensor{}, gdw, Tensor{}, gdout, gx, gw);  // accumulates twice
+    ops::linear_backward(ctx, gdin, gdw, Tensor{}, gdout, gx, gw, /*accumulate_dweight=*/false);
+    ops::linear_backward(ctx, Tensor{}, gdw, Tensor{}, gdout, gx, gw);
+    ops::linear_backward(ctx, Tensor{}, gdw, Tensor{}, gdout, gx, gw);
     cuda::synchronize(state);
     Result r{download_bytes(gout), download_bytes(gres), download_bytes(gdin), download_bytes(gdw)};
     cuda::destroy_state(state);
@@ -400,15 +403,17 @@ TEST_F(CudaOps, TimedGemmChoiceKeepsTheFirstChoicesBits) {
   EXPECT_TRUE(first.out == timed.out) << "linear_forward";
   EXPECT_TRUE(first.residual_out == timed.residual_out) << "linear_forward with residual in place";
   EXPECT_TRUE(first.din == timed.din) << "linear_backward din";
-  EXPECT_TRUE(first.dw == timed.dw) << "linear_backward dweight (f32, accumulated twice)";
+  EXPECT_TRUE(first.dw == timed.dw) << "linear_backward dweight (f32, overwritten, then accumulated twice)";
 }
 
 // ---- rope -------------------------------------------------------------------------------------
 
 TEST_F(CudaOps, Rope) {
   // {Htot, rotated heads, D}: head groups of 8 that end early (6, 40 = 5 x 8, 24, 16 heads);
-  // D = 20: scalar fallback (D/2 not a multiple of 8).
-  const int64_t shapes[][3] = {{8, 6, 64}, {8, 6, 128}, {8, 6, 20}, {48, 40, 64}, {32, 24, 128}, {18, 16, 64}};
+  // D = 80, 96: the vector path at head dims other models use; D = 20: scalar fallback (D/2 not a
+  // multiple of 8).
+  const int64_t shapes[][3] = {{8, 6, 64},   {8, 6, 128},  {8, 6, 20},  {48, 40, 64},
+                               {32, 24, 128}, {18, 16, 64}, {8, 6, 80}, {8, 6, 96}};
   for (const auto& shape_case : shapes) {
     const int64_t N = 23, Htot = shape_case[0], rotated = shape_case[1], D = shape_case[2];
     const Dims shape{N, Htot, D};

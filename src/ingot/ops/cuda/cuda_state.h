@@ -26,8 +26,9 @@
 
 namespace ingot {
 
-// Key of a cached cuBLASLt plan: op flags, sizes, leading dims, dtypes, epilogue, alignments.
-using MatmulKey = std::array<int64_t, 16>;
+// Key of a cached cuBLASLt plan: op flags, sizes, leading dims, dtypes, epilogue, alignments,
+// whether beta is nonzero.
+using MatmulKey = std::array<int64_t, 17>;
 
 struct MatmulPlan {
   cublasLtMatmulDesc_t desc = nullptr;

@@ -254,7 +254,9 @@ void matmul(CudaState& state, const MatmulArgs& x, const char* op) {
   const MatmulKey key{int64_t(x.trans_a), int64_t(x.trans_b), x.m, x.n, x.k, x.lda, x.ldb, x.ldc,
                       int64_t(x.a_type), int64_t(x.b_type), int64_t(x.c_type),
                       int64_t(x.bias != nullptr), alignment(x.a), alignment(x.b), alignment(x.c),
-                      x.c_in ? int64_t(alignment(x.c_in)) : 0};
+                      x.c_in ? int64_t(alignment(x.c_in)) : 0,
+                      // The timing's same-bits check ran at this beta; whether C is read is part of that.
+                      int64_t(x.beta != 0.f)};
   auto it = state.matmul_plans.find(key);
   if (it == state.matmul_plans.end()) it = state.matmul_plans.emplace(key, create_plan(state, x, op)).first;
   MatmulPlan& plan = it->second;
