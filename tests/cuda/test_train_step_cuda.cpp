@@ -16,6 +16,7 @@
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/optim/adamw.h"
+#include "ingot/train/bench.h"
 #include "ingot/train/memory_plan.h"
 #include "ingot/train/train_step.h"
 #include "cuda_test_util.h"
@@ -153,7 +154,7 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
   constexpr int64_t GiB = int64_t{1} << 30;
   const TrainingMemory::Attention a{1, 32768, 32, 8, 128, false};
   auto scratch = [&](int64_t limit) {
-    return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, limit);
+    return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, a.bf16, limit);
   };
   const int64_t without = scratch(0), whole = scratch(std::numeric_limits<int64_t>::max()) - without;
   const int64_t slice16 = scratch(16 * GiB) - without;
@@ -217,6 +218,56 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
     EXPECT_NE(std::string(e.what()).find("\"half\""), std::string::npos) << e.what();
   }
   unsetenv("INGOT_ATTENTION_WORKSPACE_MIB");
+}
+
+// The plan judges from the shapes where attention will run (cuda::attention_kernels_for), so that it
+// charges only scratch that will be allocated, names the kernels a fallback takes, and refuses what
+// no kernel takes before anything is allocated.
+TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
+  test::CudaContext cuda_ctx;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // Packed rows past the documents table's 32768 tokens run on the tensor-core kernels: the
+  // documents forward's table and 4 GiB of dense stats must not be charged (they were).
+  const int64_t kernels_only = 2 * 32 * 65536 * 4 + 2 * ((65536 + 63) / 64) * 8;  // delta, tile ranges
+  EXPECT_EQ(cuda::attention_kernels_for(2, 65536, 32, 8, 64, true), cuda::AttentionKernels::tensor_cores);
+  EXPECT_EQ(cuda::attention_scratch_estimate(2, 65536, 32, 8, 64, true, true, kMax), kernels_only);
+  EXPECT_EQ(cuda::attention_kernels_for(2, 4096, 32, 8, 64, true), cuda::AttentionKernels::cudnn);
+  EXPECT_GT(cuda::attention_scratch_estimate(2, 4096, 32, 8, 64, true, true, kMax), 2 * 32 * 4096 * 4);
+  // Whole rows that cuDNN declines (fp32; a head dim not a multiple of 8) get no cuDNN workspace.
+  EXPECT_EQ(cuda::attention_scratch_estimate(1, 4096, 8, 8, 64, false, false, kMax), 8 * 4096 * 4 + 64 * 8);
+  EXPECT_EQ(cuda::attention_kernels_for(1, 4096, 8, 8, 100, false), cuda::AttentionKernels::cuda_cores);
+  EXPECT_EQ(cuda::attention_scratch_estimate(1, 4096, 8, 8, 100, false, true, kMax), 8 * 4096 * 4 + 64 * 8);
+  // Packed rows at head dim 96: neither the documents path nor the tensor cores.
+  EXPECT_EQ(cuda::attention_kernels_for(1, 4096, 8, 8, 96, true), cuda::AttentionKernels::cuda_cores);
+
+  // A whole-row backward at head dim 96 whose workspace does not fit falls back to the CUDA-core
+  // kernels, and the note says so (it named the tensor-core kernels, which do not take D = 96).
+  struct RestoreLimit {
+    ~RestoreLimit() { cuda::set_cudnn_backward_workspace_limit(kMax); }
+  } restore;
+  const TrainingMemory::Attention a{1, 32768, 32, 8, 96, false};
+  const int64_t without = cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, false, true, 0);
+  const int64_t whole = cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, false, true, kMax) - without;
+  TrainingMemory m;
+  m.attention = a;
+  m.scratch = without + whole;
+  m.attention_workspace = whole;
+  m.params = cuda::device_memory_free() - without - (int64_t{1} << 30);  // 1 GiB left: no slice fits
+  const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
+  EXPECT_NE(note.find("attention backward on Ingot's CUDA-core kernels (head dim 96"), std::string::npos) << note;
+
+  // A head dim above 128 stops the plan, naming the key and the value.
+  ModelConfig big_heads = bench_preset("qwen3-0.6b");
+  big_heads.head_dim = 256;
+  try {
+    estimate_training_memory(big_heads, make_recipe("bf16", Device::cuda), Device::cuda, 1, 512, 0, Recompute::none,
+                             false);
+    ADD_FAILURE() << "head_dim 256 was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head_dim 256 (key \"head_dim\""), std::string::npos) << e.what();
+  }
 }
 
 // The engine switches stop a run before its first step when misspelt (they used to measure the

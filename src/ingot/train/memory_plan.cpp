@@ -22,7 +22,14 @@ namespace ingot {
 namespace {
 // The attention's scratch with cuDNN's backward workspace within limit (0: the tensor-core kernels).
 int64_t attention_scratch(const TrainingMemory::Attention& a, int64_t limit) {
-  return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, limit);
+  return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, a.bf16, limit);
+}
+
+// The kernels that take a backward cuDNN does not: the tensor-core ones at head dims 64 and 128.
+std::string fallback_kernels(const TrainingMemory::Attention& a) {
+  if (a.D == 64 || a.D == 128) return "Ingot's tensor-core kernels";
+  return "Ingot's CUDA-core kernels (head dim " + std::to_string(a.D) +
+         ": the tensor-core ones take 64 and 128; several times slower, docs/cuda.md)";
 }
 }  // namespace
 #endif
@@ -48,7 +55,16 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 #ifdef INGOT_HAVE_CUDA
   if (device == Device::cuda) {
     m.attention = {micro_batch, seq_len, config.num_attention_heads, config.num_key_value_heads,
-                   config.head_dim /* set by the config parser */, packed_rows};
+                   config.head_dim /* set by the config parser */, packed_rows, recipe.activation == DType::bf16};
+    // Refused here, before anything is allocated, rather than at the first attention call.
+    if (config.head_dim > cuda::kMaxAttentionHeadDim)
+      fail("head_dim ", config.head_dim, " (key \"head_dim\", or hidden_size / num_attention_heads) is above ",
+           cuda::kMaxAttentionHeadDim, ", the largest Ingot's CUDA attention takes; train it with device: cpu");
+    if (micro_batch > 65535 && cuda::attention_kernels_for(micro_batch, seq_len, config.num_attention_heads,
+                                                           config.num_key_value_heads, config.head_dim,
+                                                           packed_rows) == cuda::AttentionKernels::cuda_cores)
+      fail("micro-batch ", micro_batch, " is above 65535, the most rows Ingot's CUDA-core attention kernels take ",
+           "(these run at head dim ", config.head_dim, packed_rows ? " over packed rows" : "", ")");
     const int64_t without = attention_scratch(m.attention, 0);
     const int64_t with = attention_scratch(m.attention, std::numeric_limits<int64_t>::max());
     m.attention_workspace = with - without;
@@ -94,7 +110,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   // A run that does not fit even so stops at check_memory_fits, whose message then gives the
   // smaller total; a note about a fallback that never runs would only mislead.
   if (memory.total() > free_bytes) return "";
-  return "attention backward on Ingot's tensor-core kernels: cuDNN's would need " + format_bytes(smallest_slice) +
+  return "attention backward on " + fallback_kernels(a) + ": cuDNN's would need " + format_bytes(smallest_slice) +
          " of scratch even one row's one kv-head group at a time (" + format_bytes(whole) +
          " in one call), which does not fit";
 }

@@ -14,10 +14,11 @@ namespace ingot {
 struct TrainingMemory {
   int64_t params = 0, grads = 0, master = 0, optimizer = 0, activations = 0, scratch = 0;
   int64_t attention_workspace = 0;  // cuDNN's attention backward workspace, counted in scratch
-  // The attention the workspace serves (CUDA only): rows, length, heads, head size.
+  // The attention the workspace serves (CUDA only): rows, length, heads, head size, activation dtype.
   struct Attention {
     int64_t B = 0, T = 0, Hq = 0, Hkv = 0, D = 0;
     bool packed_rows = false;
+    bool bf16 = true;
   } attention;
   int64_t total() const { return params + grads + master + optimizer + activations + scratch; }
   // "params X | grads X | master X | optimizer X | activations X | scratch X | total X"

@@ -11,6 +11,7 @@
 // The faster paths (cuDNN's fused attention, the mma.sync kernels of attention_mma.cuh) keep the
 // masking and the lse/delta contracts; the tensor-core kernels stage bf16 tiles instead.
 #pragma once
+#include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/common.cuh"
 
 namespace ingot::cuda::attention {
@@ -18,7 +19,7 @@ namespace ingot::cuda::attention {
 constexpr int kBlockQ = 64;
 constexpr int kBlockK = 64;
 constexpr int kThreads = 256;
-constexpr int kMaxHeadDim = 128;
+constexpr int kMaxHeadDim = int(kMaxAttentionHeadDim);
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 

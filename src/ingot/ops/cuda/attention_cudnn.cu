@@ -68,11 +68,31 @@ int64_t cudnn_backward_workspace_limit() {
   return std::min(limit, int64_t(mib) << 20);
 }
 
+namespace {
+// The shape half of the documents path's checks (documents_eligible adds dtypes, alignment and
+// the tensor-core forward's shared memory): the tensor-core forward's head dims and grid, T within
+// the table builder's reach, and element offsets into qkv and cuDNN's dense stats that fit int32.
+bool documents_take_shapes(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
+  return (D == 64 || D == 128) && B <= 65535 && Hq <= 65535 && T <= kDocumentTableMaxT &&
+         B * T * (Hq + 2 * Hkv) * D < (int64_t(1) << 31) &&
+         document_slots(int(B), int(T)) * Hq * T < (int64_t(1) << 31);
+}
+}  // namespace
+
+AttentionKernels attention_kernels_for(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows) {
+  const AttentionMode mode = attention_mode();
+  const bool cudnn = attention_cudnn_compiled() && mode != AttentionMode::kernels && mode != AttentionMode::mma &&
+                     D % 8 == 0 && D <= 128 && (!packed_rows || documents_take_shapes(B, T, Hq, Hkv, D));
+  if (cudnn) return AttentionKernels::cudnn;
+  const bool tensor_cores = mode != AttentionMode::kernels && (D == 64 || D == 128) && B <= 65535 && Hq <= 65535;
+  return tensor_cores ? AttentionKernels::tensor_cores : AttentionKernels::cuda_cores;
+}
+
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
-                                   int64_t cudnn_workspace_limit) {
+                                   bool bf16, int64_t cudnn_workspace_limit) {
   const int64_t rows = B * Hq * T;
   const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
-  if (!attention_cudnn_compiled()) return kernels;
+  if (!bf16 || attention_kernels_for(B, T, Hq, Hkv, D, packed_rows) != AttentionKernels::cudnn) return kernels;
   if (packed_rows)  // the documents forward: table, dense stats, tile ranges (its plan needs no workspace)
     return std::max(kernels, document_table_bytes(int(B), int(T)) + document_stats_bytes(int(B), int(T), Hq) +
                                  attention_mma_forward_scratch_bytes(B, T));
@@ -791,9 +811,8 @@ bool documents_eligible(Context& ctx, const Tensor& segment_ids, const Tensor& q
   if (!segment_ids.present()) return false;
   if (!eligible(Tensor{}, qkv, others, qkv.dim(3)) || !attention_mma_supports(ctx, qkv, n_q_heads, false))
     return false;
-  const int64_t B = qkv.dim(0), T = qkv.dim(1);
-  return T <= kDocumentTableMaxT && qkv.numel() < (int64_t(1) << 31) &&
-         document_slots(int(B), int(T)) * n_q_heads * T < (int64_t(1) << 31);
+  const int64_t Htot = qkv.dim(2);
+  return documents_take_shapes(qkv.dim(0), qkv.dim(1), n_q_heads, (Htot - n_q_heads) / 2, qkv.dim(3));
 }
 
 Geometry document_geometry(const Geometry& rows) {

@@ -125,8 +125,18 @@ inline std::vector<CudnnBackwardSplit> cudnn_backward_splits(int64_t B, int64_t 
 // workspace (4226 MiB measured at 4 x 4096 x 32 heads of 64 in one call, where this gives 4240
 // MiB). Otherwise (whole rows on the tensor-core backward, or packed rows): the documents
 // forward's table and dense stats, or the tensor-core backward's delta, whichever is larger.
+// bf16 false (the fp32 recipe): neither cuDNN nor the tensor-core kernels run, only the kernels' delta.
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
-                                   int64_t cudnn_workspace_limit);
+                                   bool bf16, int64_t cudnn_workspace_limit);
+
+// The largest head dim any attention path takes (cuDNN, the tensor-core and CUDA-core kernels).
+constexpr int64_t kMaxAttentionHeadDim = 128;
+
+// Where bf16 attention over (B, T) rows of Hq query and Hkv kv heads of size D runs, judged from the
+// shapes and INGOT_ATTENTION alone (the per-call checks add pointer alignment): for the memory plan
+// and its notes, before anything is allocated. Packed rows: cuDNN means the documents forward.
+enum class AttentionKernels { cudnn, tensor_cores, cuda_cores };
+AttentionKernels attention_kernels_for(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows);
 
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
