@@ -264,6 +264,10 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
         const Case c{2, T, Hq, Hkv, D};
         expect_matches_cpu(c, cpu_reference(cpu, c, {}, uint64_t(7 + T + D)), {}, nullptr, {nullptr, "cudnn-fast"});
       }
+  // Qwen2.5's grouping (14 query heads to 2 kv heads, 7 a group), and head dims other models use.
+  for (const Case& c : {Case{2, 300, 14, 2, 64}, Case{1, 200, 4, 2, 32}, Case{1, 200, 4, 2, 80},
+                        Case{2, 129, 4, 1, 96}})
+    expect_matches_cpu(c, cpu_reference(cpu, c, {}, uint64_t(11 + c.T + c.D)), {}, nullptr, {nullptr, "cudnn-fast"});
 }
 
 // The tensor-core kernels (INGOT_ATTENTION=mma forces them where cuDNN would run): whole rows, the

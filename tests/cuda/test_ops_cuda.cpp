@@ -288,8 +288,10 @@ TEST_F(CudaOps, RmsNorm) {
 
 TEST_F(CudaOps, QkNorm) {
   // D = 64, 128, 24: 16-byte path with 8, 16, 4 lanes per row; N = 2500 loops the persistent
-  // backward grid; D = 20: scalar fallback.
-  const std::pair<int64_t, int64_t> shapes[] = {{19, 64}, {19, 128}, {19, 24}, {2500, 128}, {19, 20}};
+  // backward grid; D = 80, 96: 16 lanes with 10 or 12 chunks (idle lanes); D = 256: 32 lanes;
+  // D = 20: scalar fallback.
+  const std::pair<int64_t, int64_t> shapes[] = {{19, 64}, {19, 128}, {19, 24},  {2500, 128},
+                                                {19, 80}, {19, 96},  {19, 256}, {19, 20}};
   for (const auto& [N, D] : shapes) {
     const int64_t Hq = 4, Hkv = 2, Htot = Hq + 2 * Hkv, Hn = Hq + Hkv;
     const double eps = 1e-6;
@@ -461,6 +463,11 @@ TEST_F(CudaOps, Attention) {
       {1, 150, 2, 2, 128, true},
       {1, 33, 2, 1, 16, false},   // small generic head dim
       {1, 40, 3, 1, 20, true},    // head dim not a multiple of 8 (scalar loads)
+      // Packed rows at head dims the tensor-core kernels do not take: the CUDA-core kernels for
+      // D <= 128 with 16-byte loads; D = 100 (OpenLLaMA-3B), whole rows, which cuDNN declines.
+      {1, 130, 4, 2, 80, true},
+      {2, 65, 4, 4, 96, true},
+      {1, 77, 4, 2, 100, false},
   };
   for (const AttentionCase& c : cases) {
     const std::string name = attention_name(c);
