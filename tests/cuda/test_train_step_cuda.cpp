@@ -268,6 +268,19 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 256 (key \"head_dim\""), std::string::npos) << e.what();
   }
+  // More than 65535 rows at a head dim only the CUDA-core kernels take (their grid's z dimension):
+  // refused by the plan, not by a launch error mid-step.
+  ModelConfig wide_heads = bench_preset("qwen3-0.6b");
+  wide_heads.head_dim = 96;
+  try {
+    estimate_training_memory(wide_heads, make_recipe("bf16", Device::cuda), Device::cuda, 70000, 4, 0,
+                             Recompute::none, true);
+    ADD_FAILURE() << "70000 packed rows at head dim 96 were planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batch 70000 is above 65535"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(estimate_training_memory(wide_heads, make_recipe("bf16", Device::cuda), Device::cuda, 65535, 4, 0,
+                                           Recompute::none, true));
 }
 
 // The engine switches stop a run before its first step when misspelt (they used to measure the
