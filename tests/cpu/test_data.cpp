@@ -508,6 +508,17 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
   EXPECT_NE(msg.find("already holds"), std::string::npos) << msg;
   o.overwrite = true;
   EXPECT_EQ(prepare_dataset(o, tok).num_tokens, 20);
+
+  // Overwriting sets the old dataset aside before the new one moves in. It used to delete the old
+  // files first: a non-empty directory named like a shard made that throw, and the old dataset
+  // was half gone while the complete new one was discarded.
+  fs::create_directories(dir + "/out/train-00009.bin/notes");
+  EXPECT_EQ(prepare_dataset(o, tok).num_tokens, 20);
+  EXPECT_TRUE(fs::is_regular_file(dir + "/out/meta.json"));
+  EXPECT_EQ(Shard(dir + "/out/train-00000.bin").num_tokens(), 20u);
+  EXPECT_FALSE(fs::exists(dir + "/out/train-00009.bin"));
+  for (const auto& entry : fs::directory_iterator(dir + "/out"))  // no staging folder left
+    EXPECT_EQ(entry.path().filename().string().rfind(".prepare-", 0), std::string::npos) << entry.path();
 }
 
 TEST(DataPrepare, FortuneSeparatorSplitsDocuments) {

@@ -20,6 +20,7 @@
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
+#include "ingot/io/json_util.h"
 #include "ingot/data/shard.h"
 
 namespace ingot::data {
@@ -218,14 +219,33 @@ struct StagingDir {
     std::error_code ec;
     if (!committed) fs::remove_all(path, ec);
   }
-  // Old dataset out, new one in: shards first, meta.json (the mark of a complete dataset) last.
+  // Old dataset aside (into this folder), new one in (shards first, meta.json, the mark of a
+  // complete dataset, last), and only then the old one deleted. A failure midway moves the old
+  // dataset back: deleting it first lost both datasets when a later rename failed.
   void commit(const fs::path& out) {
-    for (const fs::path& p : dataset_files(out)) fs::remove(p);
-    std::vector<fs::path> staged = dataset_files(path);
-    std::stable_partition(staged.begin(), staged.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
-    for (const fs::path& p : staged) fs::rename(p, out / p.filename());
-    fs::remove_all(path);
+    const fs::path old_dir = path / "old";
+    fs::create_directories(old_dir);
+    std::vector<fs::path> set_aside, moved_in;
+    try {
+      for (const fs::path& p : dataset_files(out)) {
+        fs::rename(p, old_dir / p.filename());
+        set_aside.push_back(p);
+      }
+      std::vector<fs::path> staged = dataset_files(path);
+      std::stable_partition(staged.begin(), staged.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
+      for (const fs::path& p : staged) {
+        fs::rename(p, out / p.filename());
+        moved_in.push_back(out / p.filename());
+      }
+    } catch (...) {
+      std::error_code ec;
+      for (const fs::path& p : moved_in) fs::remove(p, ec);
+      for (const fs::path& p : set_aside) fs::rename(old_dir / p.filename(), p, ec);
+      throw;
+    }
     committed = true;
+    std::error_code ec;
+    fs::remove_all(path, ec);  // the old dataset; what a failure here leaves is hidden and inert
   }
 };
 
@@ -652,19 +672,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["shards"].push_back({{"file", shard.file},
                               {"num_tokens", shard.num_tokens},
                               {"num_documents", shard.num_documents}});
-  const fs::path meta_path = staging.path / "meta.json";
-  const fs::path meta_temp = staging.path / "meta.json.tmp";
-  {
-    std::ofstream out(meta_temp, std::ios::binary);
-    out << meta.dump(2) << "\n";
-    out.close();
-    if (!out) fail("prepare: cannot write ", meta_temp.string());
-  }
-  std::error_code ec;
-  fs::rename(meta_temp, meta_path, ec);
-  if (ec)
-    fail("prepare: cannot rename ", meta_temp.string(), " to ", meta_path.string(), ": ",
-         ec.message());
+  io::write_file_atomically((staging.path / "meta.json").string(), meta.dump(2) + "\n");
   staging.commit(options.output_dir);
   if (options.log) *options.log << report.to_string() << "\n";
   return report;

@@ -153,7 +153,8 @@ void ShardWriter::finish() {
   encode_header(header, h);
   if (std::fseek(file_, 0, SEEK_SET) != 0) fail("shard ", path_, ": seek failed");
   write_bytes(file_, header, sizeof header, path_);
-  const bool flushed = std::fflush(file_) == 0;
+  // fsync before the rename: otherwise a power cut can leave the shard's name on unwritten blocks.
+  const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;
   if (!flushed || !closed) {

@@ -10,6 +10,7 @@
 
 #include "ingot/core/arena.h"
 #include "ingot/core/error.h"
+#include "ingot/io/json_util.h"
 #include "ingot/io/safetensors.h"
 
 namespace ingot::io {
@@ -115,15 +116,7 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, const std:
   write_safetensors_sharded(dir, tensors, max_shard_bytes);
   ModelConfig out = config;
   out.torch_dtype = dtype_on_disk == DType::bf16 ? "bfloat16" : dtype_on_disk == DType::f16 ? "float16" : "float32";
-  const std::string final_path = (fs::path(dir) / "config.json").string();
-  const std::string tmp_path = final_path + ".tmp-" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp_path);
-    INGOT_CHECK(f.good(), "cannot write ", tmp_path);
-    f << model_config_to_json(out);
-    INGOT_CHECK(f.good(), "failed writing ", tmp_path);
-  }
-  fs::rename(tmp_path, final_path);
+  write_file_atomically((fs::path(dir) / "config.json").string(), model_config_to_json(out));
 }
 
 int64_t parse_byte_size(const std::string& text) {
