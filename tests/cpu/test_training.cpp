@@ -465,6 +465,19 @@ TEST_F(Training, ExportGenerateAndInfo) {
   // Export refuses to clobber a non-empty directory.
   EXPECT_NE(0, run_command(cli() + " export " + root + "/run " + root + "/hf", &out));
   EXPECT_NE(out.find("--overwrite"), std::string::npos) << out;
+  // "hf/" and "hf/." name hf itself. The temporary folder used to land inside it, and --overwrite
+  // then deleted the old export with it and failed.
+  for (const std::string& spelled : {root + "/hf/", root + "/hf/."}) {
+    ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + spelled + " --overwrite --dtype bf16", &out))
+        << spelled << ": " << out;
+    EXPECT_TRUE(fs::exists(root + "/hf/config.json")) << spelled;
+    EXPECT_TRUE(fs::exists(root + "/hf/model.safetensors")) << spelled;
+  }
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf2/", &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/hf2/model.safetensors"));
+  for (const auto& entry : fs::directory_iterator(root))  // no temporary or set-aside folders left
+    EXPECT_EQ(entry.path().filename().string().find("hf."), std::string::npos) << entry.path();
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf --overwrite", &out)) << out;  // f32 again
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf --prompt 'the ' --max-new-tokens 20 --seed 3", &out)) << out;
   EXPECT_EQ(0u, out.find("the ")) << out;
   EXPECT_GT(out.size(), 4u);

@@ -106,15 +106,28 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   std::vector<float> host(static_cast<size_t>(total_numel(entries)), 0.0f);
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
-  // Build next to the destination, then swap it in: a failed export leaves no half directory.
-  const fs::path target = fs::absolute(out_dir);
-  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  // Build next to the destination, set the old one aside, swap the new one in, and only then delete
+  // the old one: a failed export leaves neither a half directory nor a lost old export. "out/" and
+  // "out/." name out itself (the temporary folder landed inside it, and the swap deleted both).
+  fs::path target = fs::absolute(out_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
+  const std::string pid = std::to_string(::getpid());
+  const fs::path tmp = target.string() + ".tmp-" + pid, aside = target.string() + ".old-" + pid;
   fs::remove_all(tmp);
-  io::save_hf_model(tmp.string(), config, entries, flat, dtype, max_shard_bytes);
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
-    if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, tmp / name);
-  fs::remove_all(target);
-  fs::rename(tmp, target);
+  try {
+    io::save_hf_model(tmp.string(), config, entries, flat, dtype, max_shard_bytes);
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
+      if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, tmp / name);
+    if (fs::exists(target)) fs::rename(target, aside);
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    if (!fs::exists(target, ec) && fs::exists(aside, ec)) fs::rename(aside, target, ec);
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  std::error_code ec;
+  fs::remove_all(aside, ec);
   std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
   return 0;
 }
