@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/error.h"
 #include "ingot/io/safetensors.h"
+#include "ingot/train/metrics.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -454,6 +456,37 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   write_file(ckpt + "/trainer_state.json", R"({"step": "two"})");
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out));
   EXPECT_NE(out.find("trainer_state.json: key \"step\" must be a non-negative integer"), std::string::npos) << out;
+}
+
+// A full disk and a file-size limit are errors naming the file. metrics.jsonl's appends were
+// checked before the buffered line was written, so a full disk dropped the log silently; a write
+// past `ulimit -f` killed the process with SIGXFSZ and no message.
+TEST_F(Training, FullDiskAndFileSizeLimitAreNamedErrors) {
+  const std::string dir = root + "/full";
+  fs::create_directories(dir);
+  ingot::MetricsLog log(dir, -1);
+  fs::remove(dir + "/metrics.jsonl");
+  fs::create_symlink("/dev/full", dir + "/metrics.jsonl");  // every write fails with ENOSPC
+  ingot::MetricsRecord record;
+  record.step = 1;
+  record.loss = 2.5;
+  try {
+    log.append(record);
+    ADD_FAILURE() << "an append to a full disk passed";
+  } catch (const ingot::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot append to " + dir + "/metrics.jsonl"), std::string::npos) << e.what();
+  }
+
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += "line " + std::to_string(i) + " of a text too long for the limit\n";
+  write_file(root + "/long.txt", text);
+  std::string out;
+  const int rc = run_command("bash -c 'ulimit -f 8; exec " + cli() + " prepare " + root + "/long.txt -o " + root +
+                                 "/limited'",
+                             &out);
+  EXPECT_EQ(rc, 1) << out;  // 153 was SIGXFSZ
+  EXPECT_NE(out.find("File too large"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/limited")) << "a failed prepare takes back the directory it created";
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -159,6 +160,11 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past `ulimit -f` then fails with EFBIG, which every writer reports with its file name,
+  // instead of the process dying silently on SIGXFSZ. A closed stdout (`ingot train | head`) no
+  // longer kills a run on SIGPIPE: it trains on and writes its files.
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Ingot: train Llama-family language models (see README.md)", "ingot"};
   app.require_subcommand(1);
 

@@ -67,7 +67,8 @@ void MetricsLog::append(const MetricsRecord& record) {
   records_.push_back(record);
   std::ofstream out(fs::path(dir_) / "metrics.jsonl", std::ios::app);
   out << metrics_record_json(record) << "\n";
-  INGOT_CHECK(out.good(), "cannot append to ", (fs::path(dir_) / "metrics.jsonl").string());
+  out.flush();  // the buffered line reaches the file here, so a full disk is caught, not dropped silently
+  INGOT_CHECK(out.good(), "cannot append to ", (fs::path(dir_) / "metrics.jsonl").string(), " (disk full?)");
 }
 
 void MetricsLog::write_plot() const {
