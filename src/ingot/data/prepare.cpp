@@ -20,8 +20,8 @@
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
-#include "ingot/io/json_util.h"
 #include "ingot/data/shard.h"
+#include "ingot/io/json_util.h"
 
 namespace ingot::data {
 

@@ -13,6 +13,7 @@
 #include "ingot/core/error.h"
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/attention_cudnn.h"
+#include "ingot/ops/cuda/attention_mma.h"
 #include "ingot/ops/cuda/device.h"
 #endif
 
@@ -25,9 +26,9 @@ int64_t attention_scratch(const TrainingMemory::Attention& a, int64_t limit) {
   return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, a.bf16, limit);
 }
 
-// The kernels that take a backward cuDNN does not: the tensor-core ones at head dims 64 and 128.
+// The kernels that take a backward cuDNN does not: the tensor-core ones where their shapes allow.
 std::string fallback_kernels(const TrainingMemory::Attention& a) {
-  if (a.D == 64 || a.D == 128) return "Ingot's tensor-core kernels";
+  if (cuda::attention_mma_takes_shapes(a.B, a.Hq, a.D)) return "Ingot's tensor-core kernels";
   return "Ingot's CUDA-core kernels (head dim " + std::to_string(a.D) +
          ": the tensor-core ones take 64 and 128; several times slower, docs/cuda.md)";
 }

@@ -73,7 +73,7 @@ namespace {
 // the tensor-core forward's shared memory): the tensor-core forward's head dims and grid, T within
 // the table builder's reach, and element offsets into qkv and cuDNN's dense stats that fit int32.
 bool documents_take_shapes(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
-  return (D == 64 || D == 128) && B <= 65535 && Hq <= 65535 && T <= kDocumentTableMaxT &&
+  return attention_mma_takes_shapes(B, Hq, D) && T <= kDocumentTableMaxT &&
          B * T * (Hq + 2 * Hkv) * D < (int64_t(1) << 31) &&
          document_slots(int(B), int(T)) * Hq * T < (int64_t(1) << 31);
 }
@@ -84,8 +84,8 @@ AttentionKernels attention_kernels_for(int64_t B, int64_t T, int64_t Hq, int64_t
   const bool cudnn = attention_cudnn_compiled() && mode != AttentionMode::kernels && mode != AttentionMode::mma &&
                      D % 8 == 0 && D <= 128 && (!packed_rows || documents_take_shapes(B, T, Hq, Hkv, D));
   if (cudnn) return AttentionKernels::cudnn;
-  const bool tensor_cores = mode != AttentionMode::kernels && (D == 64 || D == 128) && B <= 65535 && Hq <= 65535;
-  return tensor_cores ? AttentionKernels::tensor_cores : AttentionKernels::cuda_cores;
+  return mode != AttentionMode::kernels && attention_mma_takes_shapes(B, Hq, D) ? AttentionKernels::tensor_cores
+                                                                                : AttentionKernels::cuda_cores;
 }
 
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,

@@ -33,6 +33,11 @@ bool attention_mma_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Ten
 bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tensor lse,
                             Tensor qkv, Tensor segment_ids, int n_q_heads, int n_kv_heads,
                             double scale);
+// The shape half of attention_mma_supports: head dim 64 or 128, and rows and query heads within
+// the grid's y and z dimensions. Also what the memory plan judges from, before any tensor exists.
+inline bool attention_mma_takes_shapes(int64_t B, int64_t Hq, int64_t D) {
+  return (D == 64 || D == 128) && B <= 65535 && Hq <= 65535;
+}
 // Whether the forward (or the backward) kernels take this shape on this device: what the entry
 // points check first.
 bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward);

@@ -124,8 +124,8 @@ void launch_forward(CudaState& state, Tensor out, Tensor lse, Tensor qkv, const 
 bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward) {
   if (attention_mode() == AttentionMode::kernels) return false;
   const int64_t D = qkv.dim(3);
-  if (qkv.dtype != DType::bf16 || (D != 64 && D != 128) || !aligned16(qkv.data)) return false;
-  if (qkv.dim(0) > 65535 || n_q_heads > 65535) return false;
+  if (qkv.dtype != DType::bf16 || !attention_mma_takes_shapes(qkv.dim(0), n_q_heads, D) || !aligned16(qkv.data))
+    return false;
   // The D = 128 backward's tiles (104 KiB) exceed what sm_86/sm_89 give a block; its forward fits.
   const size_t smem = backward ? (D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>())
                                : (D == 64 ? forward_smem_bytes<64>() : forward_smem_bytes<128>());
