@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
 #include "ingot/io/safetensors.h"
 #include "ingot/train/metrics.h"
@@ -254,25 +255,85 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
 
 // A run killed while saving leaves checkpoint-<step>.tmp-<pid> behind: the next run in that
 // output_dir removes it (its process is gone) and says so; a live process's folder stays.
+// Under the output_dir lock every partial checkpoint is stale, even one named after a pid that is
+// alive now (pids are reused, and no other run can be writing there).
 TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   std::string out;
   const std::string dead_pid = exited_pid();
   ASSERT_FALSE(dead_pid.empty());
   const std::string dir = root + "/partial", dead = dir + "/checkpoint-2.tmp-" + dead_pid;
-  const std::string live = dir + "/checkpoint-2.tmp-" + std::to_string(::getpid());
+  const std::string reused = dir + "/checkpoint-1.tmp-" + std::to_string(::getpid());
   fs::create_directories(dead);
   write_file(dead + "/model.safetensors", "half a checkpoint");
-  fs::create_directories(live);
+  fs::create_directories(reused);
   ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "partial", "", &out)) << out;
-  EXPECT_FALSE(fs::exists(dead)) << out;
-  EXPECT_TRUE(fs::exists(live)) << "a live process's folder must stay";
-  EXPECT_NE(out.find("note: removed " + dead + ", a partial checkpoint of a run killed while saving"),
-            std::string::npos) << out;
+  for (const std::string& partial : {dead, reused}) {
+    EXPECT_FALSE(fs::exists(partial)) << out;
+    EXPECT_NE(out.find("note: removed " + partial + ", a partial checkpoint of a run killed while saving"),
+              std::string::npos) << out;
+  }
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
+// Two runs on one output_dir would interleave their checkpoints and metrics: the second is refused
+// while the first holds the directory's lock, and the lock goes with its holder.
+TEST_F(Training, SecondRunOnABusyOutputDirIsRefused) {
+  std::string out;
+  const std::string dir = root + "/busy";
+  {
+    const ingot::DirectoryLock held(dir);  // stands for a run in progress: this process
+    ASSERT_TRUE(held.held()) << held.warning();
+    EXPECT_NE(0, train(tiny_config(data, dir, 2, 0), "busy", "", &out));
+    EXPECT_NE(out.find("output_dir " + dir + " is in use by another ingot run (pid " + std::to_string(::getpid()) + ")"),
+              std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(dir + "/metrics.jsonl")) << out;
+  }
+  ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "busy", "", &out)) << out;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-2"));
+}
+
+// SIGTERM (a scheduler's preemption, `kill`) ends a run after the step in hand with a checkpoint
+// that --resume continues, and exit status 143. Here it stops an --overwrite run, which by then
+// has replaced the old run.
+TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
+  std::string out;
+  const std::string dir = root + "/stopped";
+  ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "stopped", "", &out)) << out;
+  write_file(root + "/stopped.yaml", tiny_config(data, dir, 1000000, 0));
+  const std::string log = root + "/stopped.log";
+  // Waits for step 3 (up to 60 s), signals once, and waits for the exit (up to 60 s, then kills).
+  write_file(root + "/stop.sh", "\"$1\" train \"$2\" --overwrite --set eval_steps=0 >\"$3\" 2>&1 &\n"
+                                "pid=$!\n"
+                                "for i in $(seq 1200); do grep -q '^step 3/' \"$3\" && break; sleep 0.05; done\n"
+                                "kill -TERM $pid\n"
+                                "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
+                                "kill -KILL $pid 2>/dev/null\n"
+                                "wait $pid\n");
+  const int rc = run_command("bash " + root + "/stop.sh " + cli() + " " + root + "/stopped.yaml " + log, &out);
+  const std::string text = read_file(log);
+  EXPECT_EQ(rc, 128 + 15) << out << text;
+  const size_t at = text.find("stopped by SIGTERM after step ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const int64_t step = std::stoll(text.substr(at + 30));
+  EXPECT_GE(step, 3) << text;
+  const std::string ckpt = dir + "/checkpoint-" + std::to_string(step);
+  EXPECT_NE(text.find("of 1000000: saved " + ckpt + "; --resume continues from it"), std::string::npos) << text;
+  EXPECT_EQ(nlohmann::json::parse(read_file(ckpt + "/trainer_state.json")).at("step"), step);
+  EXPECT_NE(text.find("step " + std::to_string(step) + "/1000000 | loss"), std::string::npos)
+      << "the last step is logged\n" << text;
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-2")) << "the old run is replaced once the new one has saved";
+  for (const auto& entry : fs::directory_iterator(dir))
+    EXPECT_EQ(entry.path().filename().string().find(".replaced-run"), std::string::npos) << entry.path();
+
+  ASSERT_EQ(0, train(tiny_config(data, dir, 1000000, 0), "stopped",
+                     "--resume --set eval_steps=0 --set max_steps=" + std::to_string(step + 2), &out)) << out;
+  EXPECT_NE(out.find("resumed from " + ckpt + " at step " + std::to_string(step)), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-" + std::to_string(step + 2))) << out;
+}
+
 // An --overwrite run killed outright leaves the old run in .replaced-run-<pid>: later runs in that
-// output_dir say where it is, and keep it.
+// output_dir say where it is, and keep it, also when --overwrite runs under that same pid again
+// (pids are reused; `exec` keeps the shell's pid here). It used to clear the folder for itself.
 TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
   std::string out;
   const std::string dead_pid = exited_pid();
@@ -284,6 +345,19 @@ TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
   EXPECT_NE(out.find("note: " + aside + " holds a run that an `--overwrite` run, since killed, had moved aside"),
             std::string::npos) << out;
   EXPECT_TRUE(fs::exists(aside + "/metrics.jsonl")) << "the old run must be kept";
+
+  write_file(root + "/same_pid.sh", "mkdir \"$3/.replaced-run-$$\" && echo oldest >\"$3/.replaced-run-$$/metrics.jsonl\" && "
+                                    "exec \"$1\" train \"$2\" --overwrite\n");
+  ASSERT_EQ(0, run_command("bash " + root + "/same_pid.sh " + cli() + " " + root + "/orphan.yaml " + dir, &out)) << out;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-2"));
+  int kept = 0;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().rfind(".replaced-run-", 0) == 0 && entry.path() != aside) {
+      EXPECT_EQ(read_file((entry.path() / "metrics.jsonl").string()), "oldest\n") << entry.path();
+      EXPECT_NE(out.find("note: " + entry.path().string() + " holds a run"), std::string::npos) << out;
+      ++kept;
+    }
+  EXPECT_EQ(kept, 1) << "the set-aside run named after the reused pid must be kept";
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

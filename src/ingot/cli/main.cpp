@@ -38,6 +38,7 @@ int command_train(const std::string& config_path, const std::vector<std::string>
   options.resume = resume;
   options.overwrite = overwrite;
   const TrainResult result = run_training(config, options, std::cout);
+  if (result.stopped_by) return 128 + result.stopped_by;  // as the shell reports a process the signal ended
   std::cout << "done: " << result.steps << " steps, final loss " << result.final_loss;
   if (result.final_val_loss >= 0) std::cout << ", val_loss " << result.final_val_loss;
   std::cout << "\ncheckpoint: " << result.checkpoint_dir << "\nmetrics: " << (fs::path(config.output_dir) / "metrics.jsonl").string()

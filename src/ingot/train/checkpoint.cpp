@@ -47,7 +47,7 @@ std::vector<std::string> list_checkpoints(const std::string& output_dir) {
   return dirs;
 }
 
-std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir) {
+std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive) {
   std::vector<std::string> removed;
   if (!fs::is_directory(output_dir)) return removed;
   for (const auto& entry : fs::directory_iterator(output_dir)) {
@@ -55,7 +55,7 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
     const size_t at = name.find(".tmp-");
     if (name.rfind("checkpoint-", 0) != 0 || at == std::string::npos || !entry.is_directory()) continue;
     const int64_t pid = pid_suffix(name, name.substr(0, at + 5));
-    if (pid < 0 || pid == ::getpid() || process_exists(pid)) continue;
+    if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid))) continue;
     fs::remove_all(entry.path());
     removed.push_back(entry.path().string());
   }
@@ -71,9 +71,9 @@ std::string resolve_model_dir(const std::string& path) {
   return checkpoints.back();
 }
 
-void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model, AdamW& optimizer,
-                     const CheckpointContents& contents, const std::vector<std::string>& extra_files,
-                     int64_t keep_last) {
+std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
+                                         AdamW& optimizer, const CheckpointContents& contents,
+                                         const std::vector<std::string>& extra_files, int64_t keep_last) {
   const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
   const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
                                                    std::to_string(::getpid()));
@@ -100,10 +100,17 @@ void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& m
   fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier, overwritten attempt
   fs::rename(tmp_dir, final_dir);
 
+  std::vector<std::string> kept;
   if (keep_last > 0) {
     const auto all = list_checkpoints(output_dir);
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) fs::remove_all(all[i]);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove_all(all[i], ec);
+      if (ec) kept.push_back("cannot delete " + all[i] + " (" + ec.message() + ") to keep the newest " +
+                             std::to_string(keep_last) + " checkpoints (save_total_limit); it stays, and training goes on");
+    }
   }
+  return kept;
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {

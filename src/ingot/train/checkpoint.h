@@ -23,18 +23,21 @@ struct CheckpointContents {
   nlohmann::json trainer_state;       // everything but the tensors
 };
 
-void save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model, AdamW& optimizer,
-                     const CheckpointContents& contents, const std::vector<std::string>& extra_files,
-                     int64_t keep_last);
+// Returns one line for each older checkpoint that rotation (keep_last) could not delete: such a
+// checkpoint stays, and the run goes on, since the new one is safely in place.
+std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
+                                         AdamW& optimizer, const CheckpointContents& contents,
+                                         const std::vector<std::string>& extra_files, int64_t keep_last);
 // Restores weights, master weights and optimizer state; returns trainer_state.json.
 nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, Transformer& model,
                                AdamW& optimizer);
 // checkpoint-<step> directories under output_dir, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& output_dir);
-// checkpoint-<step>.tmp-<pid> folders under output_dir whose process is gone (a run killed while
-// saving; such a folder can hold gigabytes), removed; returns their paths. The folder of a live
-// process is left alone: it may be saving right now.
-std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir);
+// checkpoint-<step>.tmp-<pid> folders under output_dir left by a run killed while saving (such a
+// folder can hold gigabytes), removed; returns their paths. With `exclusive` (this process holds
+// output_dir's DirectoryLock) every such folder is stale; without it, the folder of a live process
+// is left alone, since it may be saving right now.
+std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive);
 // A checkpoint or model directory as given, or the newest checkpoint of a run's output_dir.
 std::string resolve_model_dir(const std::string& path);
 

@@ -14,8 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
-#include "ingot/core/process.h"
+#include "ingot/core/stop_signals.h"
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/model/transformer.h"
@@ -85,65 +86,78 @@ std::vector<fs::path> run_files(const fs::path& dir) {
   return files;
 }
 
-// --overwrite moves the old run into a hidden folder of output_dir and deletes it only when the
-// new run has finished; a run that fails puts the old one back (one killed outright leaves it in
-// the folder), so replacing a run never loses it to a failed attempt.
+// --overwrite moves the old run into a hidden folder of output_dir and deletes it once the new run
+// has a checkpoint of its own (its first save, or the end of a run that saves nothing); a run that
+// fails before then puts the old one back (one killed outright leaves it in the folder), so
+// replacing a run never loses it to an attempt that left nothing in its place.
 class ReplacedRun {
  public:
   ReplacedRun(const fs::path& dir, const std::vector<fs::path>& old) : dir_(dir) {
     if (old.empty()) return;
-    aside_ = dir / (".replaced-run-" + std::to_string(::getpid()));
-    fs::remove_all(aside_);
+    // A fresh name: a folder of this name left by a killed run (whose pid this process now has)
+    // holds an older run that must not be overwritten.
+    const std::string base = ".replaced-run-" + std::to_string(::getpid());
+    aside_ = dir / base;
+    for (int k = 2; fs::exists(aside_); ++k) aside_ = dir / (base + "-" + std::to_string(k));
     fs::create_directories(aside_);
     for (const fs::path& p : old) fs::rename(p, aside_ / p.filename());
   }
   ~ReplacedRun() {
     if (aside_.empty()) return;
     std::error_code ec;
-    if (finished_) {
-      fs::remove_all(aside_, ec);
-      return;
-    }
     for (const fs::path& p : run_files(dir_)) fs::remove_all(p, ec);  // the failed run's
     for (const auto& entry : fs::directory_iterator(aside_, ec)) fs::rename(entry.path(), dir_ / entry.path().filename(), ec);
     fs::remove(aside_, ec);
   }
   ReplacedRun(const ReplacedRun&) = delete;
   ReplacedRun& operator=(const ReplacedRun&) = delete;
-  void finished() { finished_ = true; }
+  // The new run now stands on its own: the old one is deleted. Later calls do nothing.
+  void commit() {
+    if (aside_.empty()) return;
+    std::error_code ec;
+    fs::remove_all(aside_, ec);
+    aside_.clear();
+  }
 
  private:
   fs::path dir_, aside_;
-  bool finished_ = false;
 };
 
-// .replaced-run-<pid> folders of output_dir whose --overwrite run was killed (its process gone):
-// they hold the old run, which no one will put back or delete. Kept; the log names them.
+// .replaced-run-* folders of output_dir. Called while this process holds output_dir's lock and
+// before it sets anything aside, so each was left by an --overwrite run that was killed: it holds
+// the old run, which no one will put back or delete. Kept; the log names them.
 std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
   std::vector<fs::path> found;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const int64_t pid = pid_suffix(entry.path().filename().string(), ".replaced-run-");
-    if (pid >= 0 && pid != ::getpid() && entry.is_directory() && !process_exists(pid)) found.push_back(entry.path());
-  }
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind(".replaced-run-", 0) == 0 && entry.is_directory())
+      found.push_back(entry.path());
   std::sort(found.begin(), found.end());
   return found;
 }
 
-// Refuses to mix a new run into an old one unless the user said which they want.
+// Checks that need no lock, before output_dir is created: a file in its place, nothing to resume.
+void check_output_dir(const TrainConfig& c, const TrainOptions& o) {
+  if (fs::exists(c.output_dir) && !fs::is_directory(c.output_dir))
+    fail("output_dir ", c.output_dir, " exists and is not a directory");
+  if (o.resume && list_checkpoints(c.output_dir).empty())
+    fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
+}
+
+// Refuses to mix a new run into an old one unless the user said which they want. Runs under
+// output_dir's lock.
 std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
   const fs::path dir(c.output_dir);
-  if (fs::exists(dir) && !fs::is_directory(dir)) fail("output_dir ", c.output_dir, " exists and is not a directory");
-  const std::vector<fs::path> old = fs::exists(dir) ? run_files(dir) : std::vector<fs::path>{};
-  if (o.resume) {
-    if (list_checkpoints(c.output_dir).empty())
-      fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
-    return nullptr;
-  }
-  if (!old.empty() && !o.overwrite)
+  if (o.resume) return nullptr;
+  const std::vector<fs::path> old = run_files(dir);
+  if (!old.empty() && !o.overwrite) {
+    if (list_checkpoints(c.output_dir).empty())  // e.g. a run killed before its first save
+      fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
+           "; a run is metrics.jsonl, loss.svg and checkpoint-*) with no checkpoint to resume from; pass "
+           "--overwrite to replace it");
     fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
          "; a run is metrics.jsonl, loss.svg and checkpoint-*); pass --resume to continue it or --overwrite to replace it");
-  fs::create_directories(dir);
+  }
   return std::make_unique<ReplacedRun>(dir, old);
 }
 
@@ -181,6 +195,13 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   compare("max_steps", c.max_steps);
   compare("learning_rate", c.learning_rate);
   compare("lr_scheduler_type", c.lr_scheduler_type);
+  // Recorded since 2026-12-01. The data cursor counts windows, so the batches go on from where the
+  // checkpoint stopped, in other groupings (the loader itself refuses another sequence_len).
+  for (const auto& [key, value] : {std::pair{"micro_batch_size", c.micro_batch_size},
+                                   std::pair{"gradient_accumulation_steps", c.gradient_accumulation_steps}})
+    if (state.contains(key) && state[key] != value)
+      changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + std::to_string(value) +
+                        ": the steps from here on group the data differently, so the run no longer repeats the uninterrupted one");
   return changes;
 }
 
@@ -201,6 +222,9 @@ AdamWConfig adamw_config(const TrainConfig& c) {
 }
 
 TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std::ostream& log) {
+  // SIGINT and SIGTERM end the run after the step in hand, with a checkpoint; one that comes while
+  // the run is being set up stops it before its first step (and puts back a run --overwrite set aside).
+  const StopSignals stop;
   const ModelConfig model_config = resolve_model_config(c);
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
@@ -228,12 +252,15 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
-  // Before the output_dir checks, which may refuse the run: the note tells where an older run went.
+  check_output_dir(c, options);
+  const DirectoryLock lock(c.output_dir);
+  if (!lock.warning().empty()) log << "warning: " << lock.warning() << "\n";
+  // Before the checks that may refuse the run: the note tells where an older run went.
   for (const fs::path& aside : orphaned_replaced_runs(c.output_dir))
     log << "note: " << aside.string() << " holds a run that an `--overwrite` run, since killed, had moved aside; "
         << "move its contents back to restore it, or delete it\n";
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
-  for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir))
+  for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir, lock.held()))
     log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
 
   // Memory plan, printed and checked before anything is allocated.
@@ -334,16 +361,22 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
+  int64_t last_saved = -1;
   auto save = [&](int64_t step) {
     CheckpointContents contents;
     contents.step = step;
     contents.trainer_state = {{"step", step}, {"data", loader.save_state()}, {"seed", c.seed},
                               {"max_steps", c.max_steps}, {"learning_rate", c.learning_rate},
                               {"lr_scheduler_type", c.lr_scheduler_type}, {"precision", recipe.name},
-                              {"recipe", describe(recipe)},
+                              {"recipe", describe(recipe)}, {"micro_batch_size", c.micro_batch_size},
+                              {"gradient_accumulation_steps", c.gradient_accumulation_steps},
                               {"config_source", c.source}};
-    save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c), c.save_total_limit);
+    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c),
+                                                   c.save_total_limit))
+      log << "warning: " << kept << "\n";
     metrics.write_plot();
+    last_saved = step;
+    if (replaced) replaced->commit();
   };
 
   TrainResult result;
@@ -384,7 +417,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
 
     const bool last = done == c.max_steps;
     const bool do_eval = evaluates(done);
-    const bool do_log = last || done % c.logging_steps == 0 || do_eval;
+    const bool do_log = last || done % c.logging_steps == 0 || do_eval || stop.received();
     if (do_log) {
       const double window_s = seconds_since(t_window);
       const double elapsed = elapsed_before + seconds_since(t_start);
@@ -416,7 +449,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     result.steps = done;
   };
 
-  for (int64_t step = start_step; step < c.max_steps; ++step) {
+  for (int64_t step = start_step; step < c.max_steps && !stop.received(); ++step) {
     // The loss is the mean over all unmasked targets of the whole accumulated batch: the
     // gradients sum over the targets and the optimizer divides by their count.
     int64_t count = 0;
@@ -435,9 +468,20 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   }
   while (!in_flight.empty()) finish_oldest();
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
+  const int64_t reached = std::max(result.steps, start_step);
+  if (stop.received() && reached < c.max_steps) {
+    result.stopped_by = stop.received();
+    log << "stopped by " << signal_name(result.stopped_by) << " after step " << reached << " of " << c.max_steps;
+    if (reached > start_step) {
+      if (last_saved != reached) save(reached);
+      log << ": saved " << (fs::path(c.output_dir) / ("checkpoint-" + std::to_string(reached))).string()
+          << "; --resume continues from it\n";
+    } else {
+      log << ": no step finished, nothing saved\n";
+    }
+  }
   const auto checkpoints = list_checkpoints(c.output_dir);
   if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();
-  if (replaced) replaced->finished();
   return result;
 }
 

@@ -20,6 +20,7 @@ struct TrainResult {
   int64_t steps = 0;
   double final_loss = 0, final_val_loss = -1;  // -1: no validation data
   std::string checkpoint_dir;
+  int stopped_by = 0;  // SIGINT or SIGTERM when one ended the run before max_steps (StopSignals)
 };
 
 TrainResult run_training(const TrainConfig& config, const TrainOptions& options, std::ostream& log);

@@ -1,0 +1,52 @@
+#include "ingot/core/dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "ingot/core/error.h"
+
+namespace ingot {
+
+namespace fs = std::filesystem;
+
+DirectoryLock::DirectoryLock(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) fail("cannot create output_dir ", dir, ": ", ec.message());
+  const std::string path = (fs::path(dir) / ".ingot.lock").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot open ", path, ": ", std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      char text[32] = {};
+      const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+      ::close(fd);
+      const std::string holder = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+      fail("output_dir ", dir, " is in use by another ingot run",
+           holder.empty() ? std::string() : " (pid " + holder.substr(0, holder.find('\n')) + ")",
+           ": two runs must not write one directory; wait for it to end, or choose another output_dir");
+    }
+    ::close(fd);
+    warning_ = "cannot lock " + path + " (" + std::strerror(err) +
+               "): nothing stops a second run from writing this output_dir at the same time";
+    return;
+  }
+  // The holder's pid, for the message another run prints. The lock itself is the flock, so a
+  // write that fails (a full disk) changes nothing.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  fd_ = fd;
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+}  // namespace ingot

@@ -1,0 +1,66 @@
+#include "ingot/core/stop_signals.h"
+
+#include <signal.h>
+
+#include <atomic>
+
+namespace ingot {
+
+namespace {
+
+// lock-free, so the handler may write it (async-signal-safe).
+std::atomic<int> g_received{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+struct sigaction g_previous_int, g_previous_term;
+bool g_installed_int = false, g_installed_term = false;
+
+void restore_previous() {
+  if (g_installed_int) sigaction(SIGINT, &g_previous_int, nullptr);
+  if (g_installed_term) sigaction(SIGTERM, &g_previous_term, nullptr);
+}
+
+// sigaction is async-signal-safe: after the first signal of either kind, the next one of either
+// kind takes the action it had before (by default, ending the process).
+void on_stop_signal(int signal_number) {
+  int none = 0;
+  g_received.compare_exchange_strong(none, signal_number);
+  restore_previous();
+}
+
+// A signal ignored when ingot started (`nohup`, or SIGINT for a shell's background job) stays
+// ignored: whoever started the run asked for that.
+bool install(int signal_number, struct sigaction* previous) {
+  sigaction(signal_number, nullptr, previous);
+  if (previous->sa_handler == SIG_IGN) return false;
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);  // the other stop signal waits while the handler runs
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  // SA_RESTART: a read or write the signal interrupts resumes instead of failing with EINTR.
+  action.sa_flags = SA_RESTART;
+  return sigaction(signal_number, &action, nullptr) == 0;
+}
+
+}  // namespace
+
+StopSignals::StopSignals() {
+  g_received.store(0);
+  g_installed_int = install(SIGINT, &g_previous_int);
+  g_installed_term = install(SIGTERM, &g_previous_term);
+}
+
+StopSignals::~StopSignals() { restore_previous(); }
+
+int StopSignals::received() const { return g_received.load(); }
+
+const char* signal_name(int signal_number) {
+  switch (signal_number) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return "a signal";
+  }
+}
+
+}  // namespace ingot
