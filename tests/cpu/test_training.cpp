@@ -408,6 +408,26 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
   fs::remove_all(root + "/run/checkpoint-4");
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 4, 0), "run", "--resume", &out)) << out;
   EXPECT_NE(out.find("trained with precision bf16, this run uses fp32"), std::string::npos) << out;
+  // Another batch shape (recorded since 2026-12-01) is named too.
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 5, 0), "run",
+                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4", &out)) << out;
+  for (const char* note : {"note: resume: micro_batch_size was 2 in the checkpoint, now 1: the steps from here on group",
+                           "note: resume: gradient_accumulation_steps was 2 in the checkpoint, now 4"})
+    EXPECT_NE(out.find(note), std::string::npos) << note << "\n" << out;
+}
+
+// A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers
+// --overwrite, not a --resume that has nothing to resume from.
+TEST_F(Training, RunWithoutACheckpointIsNotOfferedResume) {
+  std::string out;
+  const std::string dir = root + "/unsaved";
+  fs::create_directories(dir);
+  write_file(dir + "/metrics.jsonl", "{\"step\": 1, \"loss\": 5.0}\n");
+  EXPECT_NE(0, train(tiny_config(data, dir, 2, 0), "unsaved", "", &out));
+  EXPECT_NE(out.find("already holds a run (metrics.jsonl; a run is metrics.jsonl, loss.svg and checkpoint-*) with no "
+                     "checkpoint to resume from; pass --overwrite to replace it"),
+            std::string::npos) << out;
+  EXPECT_EQ(out.find("--resume"), std::string::npos) << out;
 }
 
 // From the bad-input review of 2026-11-30: values that crashed (num_threads, bench --steps 0),
