@@ -2,8 +2,10 @@
 // export/generate, and the bad-input contract (clear message naming the culprit, non-zero exit,
 // no partial output that looks complete).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -602,6 +604,21 @@ TEST_F(Training, ExportGenerateAndInfo) {
   }
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf2/", &out)) << out;
   EXPECT_TRUE(fs::exists(root + "/hf2/model.safetensors"));
+  // An existing directory is filled in place, never renamed: it may be a mount point (a
+  // container's volume), which rename() refuses. Its inode stays, empty or --overwrite.
+  fs::create_directories(root + "/volume");
+  struct stat before {}, after {};
+  ASSERT_EQ(0, ::stat((root + "/volume").c_str(), &before));
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/volume", &out)) << out;
+  write_file(root + "/volume/stale.txt", "from an older export");
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/volume --overwrite --dtype bf16", &out)) << out;
+  ASSERT_EQ(0, ::stat((root + "/volume").c_str(), &after));
+  EXPECT_EQ(before.st_ino, after.st_ino) << "the output directory was replaced, not filled";
+  EXPECT_EQ(read_file(root + "/volume/model.safetensors"), read_file(root + "/hf/model.safetensors"));
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(root + "/volume")) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"})) << "old and hidden entries are gone";
   for (const auto& entry : fs::directory_iterator(root))  // no temporary or set-aside folders left
     EXPECT_EQ(entry.path().filename().string().find("hf."), std::string::npos) << entry.path();
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf --overwrite", &out)) << out;  // f32 again

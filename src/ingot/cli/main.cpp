@@ -7,6 +7,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <unistd.h>
 
@@ -81,6 +82,51 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
   return 0;
 }
 
+// Fills a new directory: built as TARGET.tmp-<pid> beside it and renamed into place, so a failed
+// export leaves no half directory.
+void create_directory_whole(const fs::path& target, const std::function<void(const fs::path&)>& write) {
+  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  try {
+    write(tmp);
+    fs::rename(tmp, target);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+// Replaces what an existing directory holds, without renaming the directory itself, which may be
+// a mount point (a container's volume): the new files are built in a hidden folder inside it, the
+// old entries are moved into another, the new ones moved in, and only then are the old ones
+// deleted. An error on the way puts the old entries back.
+void replace_directory_contents(const fs::path& target, const std::function<void(const fs::path&)>& write) {
+  const std::string pid = std::to_string(::getpid());
+  const fs::path staged = target / (".export-new-" + pid), aside = target / (".export-old-" + pid);
+  std::error_code ec;
+  fs::remove_all(staged);
+  fs::remove_all(aside);
+  std::vector<fs::path> old_names, new_names, moved_old, moved_new;
+  try {
+    write(staged);
+    for (const auto& entry : fs::directory_iterator(target))
+      if (entry.path() != staged && entry.path() != aside) old_names.push_back(entry.path().filename());
+    for (const auto& entry : fs::directory_iterator(staged)) new_names.push_back(entry.path().filename());
+    fs::create_directory(aside);
+    for (const fs::path& name : old_names) fs::rename(target / name, aside / name), moved_old.push_back(name);
+    for (const fs::path& name : new_names) fs::rename(staged / name, target / name), moved_new.push_back(name);
+  } catch (...) {
+    for (const fs::path& name : moved_new) fs::remove_all(target / name, ec);
+    for (const fs::path& name : moved_old) fs::rename(aside / name, target / name, ec);
+    fs::remove_all(staged, ec);
+    fs::remove(aside, ec);
+    throw;
+  }
+  fs::remove(staged, ec);
+  fs::remove_all(aside, ec);
+}
+
 int command_export(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
                    const std::string& max_shard, bool overwrite) {
   INGOT_CHECK(!out_dir.empty(), "export: the output directory must not be empty");
@@ -108,28 +154,16 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   std::vector<float> host(static_cast<size_t>(total_numel(entries)), 0.0f);
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
-  // Build next to the destination, set the old one aside, swap the new one in, and only then delete
-  // the old one: a failed export leaves neither a half directory nor a lost old export. "out/" and
-  // "out/." name out itself (the temporary folder landed inside it, and the swap deleted both).
+  // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
   fs::path target = fs::absolute(out_dir).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
-  const std::string pid = std::to_string(::getpid());
-  const fs::path tmp = target.string() + ".tmp-" + pid, aside = target.string() + ".old-" + pid;
-  fs::remove_all(tmp);
-  try {
-    io::save_hf_model(tmp.string(), config, entries, flat, dtype, max_shard_bytes);
+  auto write_export = [&](const fs::path& folder) {
+    io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
-      if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, tmp / name);
-    if (fs::exists(target)) fs::rename(target, aside);
-    fs::rename(tmp, target);
-  } catch (...) {
-    std::error_code ec;
-    if (!fs::exists(target, ec) && fs::exists(aside, ec)) fs::rename(aside, target, ec);
-    fs::remove_all(tmp, ec);
-    throw;
-  }
-  std::error_code ec;
-  fs::remove_all(aside, ec);
+      if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, folder / name);
+  };
+  if (fs::is_directory(target)) replace_directory_contents(target, write_export);
+  else create_directory_whole(target, write_export);
   std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
   return 0;
 }
