@@ -833,6 +833,13 @@ TEST_F(Training, DamagedCheckpointsAreRefusedByName) {
   EXPECT_NE(out.find("resumed from " + root + "/run/checkpoint-3 at step 3"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(root + "/run/checkpoint-5"));
   EXPECT_TRUE(fs::exists(root + "/run/checkpoint-99999999999999999999"));
+  // A damaged newest checkpoint with an older one beside it: the error also names the way back.
+  write_file(root + "/run/checkpoint-5/model.safetensors", "cut short by a power cut");
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 7, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find(root + "/run/checkpoint-5/model.safetensors"), std::string::npos) << out;
+  EXPECT_NE(out.find("(to resume from the checkpoint before it, " + root + "/run/checkpoint-3, move " + root +
+                     "/run/checkpoint-5 out of " + root + "/run)"),
+            std::string::npos) << out;
 }
 
 // Chat SFT end to end: prepare --format chat with the real Qwen3 tokenizer and template, then train

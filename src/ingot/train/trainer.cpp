@@ -205,6 +205,27 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   return changes;
 }
 
+// Loads checkpoint dir into the model, optimizer and data loader; returns its trainer_state.json,
+// whose "step" is checked.
+nlohmann::json resume_from(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer,
+                           data::DataLoader& loader) {
+  const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
+  const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
+  if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
+    fail(state_file, ": key \"step\" must be a non-negative integer, got ",
+         state.is_object() && state.contains("step") ? state["step"].dump() : std::string("nothing"));
+  if (!state.contains("data") || !state["data"].is_object())
+    fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
+  // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
+  // up with another checkpoint's, and its data cursor and learning rate would not match.
+  const int64_t step = state["step"].get<int64_t>();
+  if (fs::path(dir).filename().string() != "checkpoint-" + std::to_string(step))
+    fail(state_file, ": key \"step\" is ", step, ", but the checkpoint directory is ", fs::path(dir).filename().string(),
+         ": the checkpoint is damaged");
+  loader.restore_state(state["data"]);
+  return state;
+}
+
 }  // namespace
 
 AdamWConfig adamw_config(const TrainConfig& c) {
@@ -304,21 +325,19 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
 
   int64_t start_step = 0;
   if (options.resume) {
-    const std::string dir = list_checkpoints(c.output_dir).back();
-    const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
-    const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
-    if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
-      fail(state_file, ": key \"step\" must be a non-negative integer, got ",
-           state.is_object() && state.contains("step") ? state["step"].dump() : std::string("nothing"));
-    if (!state.contains("data") || !state["data"].is_object())
-      fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
+    const std::vector<std::string> checkpoints = list_checkpoints(c.output_dir);
+    const std::string dir = checkpoints.back();
+    nlohmann::json state;
+    try {
+      state = resume_from(dir, ctx, model, optimizer, loader);
+    } catch (const Error& e) {
+      // A damaged newest checkpoint is not skipped silently (its steps would be trained again),
+      // but the way to the one before it is named.
+      if (checkpoints.size() < 2) throw;
+      fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
+           " out of ", c.output_dir, ")");
+    }
     start_step = state["step"].get<int64_t>();
-    // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
-    // up with another checkpoint's, and its data cursor and learning rate would not match.
-    if (fs::path(dir).filename().string() != "checkpoint-" + std::to_string(start_step))
-      fail(state_file, ": key \"step\" is ", start_step, ", but the checkpoint directory is ",
-           fs::path(dir).filename().string(), ": the checkpoint is damaged");
-    loader.restore_state(state["data"]);
     log << "resumed from " << dir << " at step " << start_step << "\n";
     for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
   }
