@@ -447,6 +447,41 @@ TEST(DataLoader, ResolvesGlobsDirectoriesAndFiles) {
   EXPECT_NE(msg.find("nope.bin"), std::string::npos) << msg;
 }
 
+// A directory's meta.json from `ingot prepare` lists its shards: a missing shard, one of another
+// length and a .bin it does not list are errors naming the file (they trained on other data
+// without a word). A meta.json that is not prepare's is not read.
+TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
+  const std::string dir = test::temp_dir("loader_meta");
+  write_shard(dir + "/train-00000.bin", counting_shard(10, 0, 10));
+  write_shard(dir + "/train-00001.bin", counting_shard(12, 0, 10));
+  const std::string meta = R"({"format": "ingot-token-shards", "shards": [
+      {"file": "train-00000.bin", "num_tokens": 10, "num_documents": 1},
+      {"file": "train-00001.bin", "num_tokens": 12, "num_documents": 1}]})";
+  write_text(dir + "/meta.json", meta);
+  EXPECT_EQ(resolve_shard_paths({dir}).size(), 2u);
+
+  write_shard(dir + "/train-00001.bin", counting_shard(11, 0, 10));
+  std::string msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("data: shard " + dir + "/train-00001.bin holds 11 tokens, but " + dir + "/meta.json lists 12"),
+            std::string::npos) << msg;
+  fs::remove(dir + "/train-00001.bin");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find(dir + "/meta.json lists shard train-00001.bin, which is missing from " + dir), std::string::npos) << msg;
+  write_shard(dir + "/train-00001.bin", counting_shard(12, 0, 10));
+  write_shard(dir + "/extra.bin", counting_shard(10, 0, 10));
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("data: " + dir + "/extra.bin is not one of the shards " + dir + "/meta.json lists"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("delete meta.json to train on the directory's shards as they are"), std::string::npos) << msg;
+  // A glob or a file names the shards itself: meta.json is not consulted.
+  EXPECT_EQ(resolve_shard_paths({dir + "/*.bin"}).size(), 3u);
+  write_text(dir + "/meta.json", R"({"note": "someone else's"})");
+  EXPECT_EQ(resolve_shard_paths({dir}).size(), 3u);
+  write_text(dir + "/meta.json", "{\"format\": \"ingot-token-shards\", \"shards\": [");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find(dir + "/meta.json"), std::string::npos) << msg;
+}
+
 // ---------------------------------------------------------------- tokenizer
 
 TEST(DataByteTokenizer, RoundTripsAnyBytes) {

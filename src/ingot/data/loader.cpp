@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/data/shard.h"
+#include "ingot/io/json_util.h"
 
 namespace ingot::data {
 
@@ -34,6 +36,40 @@ std::string describe_files(const std::vector<std::string>& files) {
   return s.str();
 }
 
+// A directory written by `ingot prepare` lists its shards in meta.json. A listed shard that is
+// missing (a partial copy), one whose token count differs (cut short, or replaced), or a .bin file
+// the list lacks (another dataset's shard copied in) would train on other data than prepared,
+// without a word: each is an error naming the file. meta.json is optional; without it, or when it
+// is not prepare's ("format": "ingot-token-shards"), the directory's *.bin files are taken as they are.
+void check_against_meta(const std::string& dir, const std::vector<std::string>& found) {
+  const fs::path meta_path = fs::path(dir) / "meta.json";
+  std::error_code ec;
+  if (!fs::exists(meta_path, ec)) return;
+  const std::string meta_file = meta_path.string();
+  const std::string fix = " (re-run ingot prepare, or delete meta.json to train on the directory's shards as they are)";
+  const nlohmann::json meta = io::parse_json(io::read_text_file(meta_file, "dataset meta"), meta_file, "dataset meta");
+  if (!meta.is_object() || meta.value("format", std::string()) != "ingot-token-shards") return;  // not prepare's
+  if (!meta.contains("shards") || !meta["shards"].is_array())
+    fail("data: ", meta_file, " has no \"shards\" list", fix);
+  std::vector<std::string> listed;
+  for (const nlohmann::json& entry : meta["shards"]) {
+    if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string() || !entry.contains("num_tokens") ||
+        !entry["num_tokens"].is_number_integer())
+      fail("data: ", meta_file, ": a \"shards\" entry lacks \"file\" or \"num_tokens\": ", io::json_brief(entry), fix);
+    const std::string name = entry["file"].get<std::string>();
+    const fs::path file = fs::path(dir) / name;
+    if (std::find(found.begin(), found.end(), file.string()) == found.end())
+      fail("data: ", meta_file, " lists shard ", name, ", which is missing from ", dir, fix);
+    const int64_t tokens = Shard(file.string()).num_tokens(), expected = entry["num_tokens"].get<int64_t>();
+    if (tokens != expected)
+      fail("data: shard ", file.string(), " holds ", tokens, " tokens, but ", meta_file, " lists ", expected, fix);
+    listed.push_back(file.string());
+  }
+  for (const std::string& file : found)
+    if (std::find(listed.begin(), listed.end(), file) == listed.end())
+      fail("data: ", file, " is not one of the shards ", meta_file, " lists", fix);
+}
+
 }  // namespace
 
 std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& specs) {
@@ -55,6 +91,8 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
         if (entry.path().extension() == ".bin" && entry.is_regular_file())
           found.push_back(entry.path().string());
       INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
+      std::sort(found.begin(), found.end());
+      check_against_meta(spec, found);
     } else {
       INGOT_CHECK(fs::exists(spec, ec), "data: shard path ", spec, " does not exist");
       found.push_back(spec);
