@@ -277,6 +277,26 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
+// A shard truncated in place while training reads it (shards are memory-mapped) raised SIGBUS and
+// ended the process with no word; now the error names the file, and the exit status is 1.
+TEST_F(Training, ShardTruncatedDuringTrainingIsANamedError) {
+  std::string out;
+  write_file(root + "/truncated.yaml", tiny_config(data, root + "/truncated", 1000000, 0));
+  const std::string log = root + "/truncated.log", shard = data + "/train-00000.bin";
+  write_file(root + "/truncate.sh", "\"$1\" train \"$2\" --set eval_steps=0 >\"$3\" 2>&1 &\n"
+                                    "pid=$!\n"
+                                    "for i in $(seq 1200); do grep -q '^step 3/' \"$3\" && break; sleep 0.05; done\n"
+                                    ": >\"$4\"\n"
+                                    "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
+                                    "kill -KILL $pid 2>/dev/null\n"
+                                    "wait $pid\n");
+  const int rc = run_command("bash " + root + "/truncate.sh " + cli() + " " + root + "/truncated.yaml " + log + " " + shard, &out);
+  const std::string text = read_file(log);
+  EXPECT_EQ(rc, 1) << out << text;  // 135 was SIGBUS
+  EXPECT_NE(text.find("error: " + shard + " changed on disk while ingot was reading it (truncated or overwritten in place"),
+            std::string::npos) << text;
+}
+
 // Two runs on one output_dir would interleave their checkpoints and metrics: the second is refused
 // while the first holds the directory's lock, and the lock goes with its holder.
 TEST_F(Training, SecondRunOnABusyOutputDirIsRefused) {

@@ -224,6 +224,7 @@ Shard::Shard(const std::string& path) : path_(path) {
     fail("shard ", path, ": mmap failed: ", std::strerror(map_errno));
   }
   map_bytes_ = file_bytes;
+  record_ = MappedFileRecord(map_, file_bytes, path);  // a SIGBUS in the mapping names this file
   try {
     const auto* base = static_cast<const unsigned char*>(map_);
     if (std::memcmp(base, kShardMagic, 8) != 0)
@@ -284,6 +285,7 @@ Shard::~Shard() {
 }
 
 void Shard::unmap() {
+  record_ = MappedFileRecord();
   if (map_) ::munmap(map_, map_bytes_);
   map_ = nullptr;
   map_bytes_ = 0;
@@ -299,6 +301,7 @@ Shard& Shard::operator=(Shard&& other) noexcept {
     path_ = std::move(other.path_);
     map_ = std::exchange(other.map_, nullptr);
     map_bytes_ = std::exchange(other.map_bytes_, 0);
+    record_ = std::move(other.record_);
     token_width_ = other.token_width_;
     vocab_size_ = other.vocab_size_;
     num_tokens_ = other.num_tokens_;

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "ingot/core/mapped_files.h"
+
 namespace ingot::data {
 
 inline constexpr char kShardMagic[8] = {'I', 'N', 'G', 'O', 'T', 'T', 'O', 'K'};
@@ -114,6 +116,7 @@ class Shard {
   std::string path_;
   void* map_ = nullptr;
   size_t map_bytes_ = 0;
+  MappedFileRecord record_;
   uint32_t token_width_ = 0, vocab_size_ = 0;
   int64_t num_tokens_ = 0, num_documents_ = 0;
   const unsigned char* tokens_ = nullptr;

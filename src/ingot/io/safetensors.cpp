@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/mapped_files.h"
 #include "ingot/io/json_util.h"
 
 namespace ingot::io {
@@ -224,8 +225,10 @@ class MappedFile {
     ::close(fd);  // the mapping keeps the file alive
     if (p == MAP_FAILED) fail("cannot map safetensors file ", path, ": ", std::strerror(err));
     data_ = static_cast<const unsigned char*>(p);
+    record_ = MappedFileRecord(p, size_, path);  // a SIGBUS in the mapping names this file
   }
   ~MappedFile() {
+    record_ = MappedFileRecord();
     if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
   }
   MappedFile(const MappedFile&) = delete;
@@ -239,6 +242,7 @@ class MappedFile {
   std::string path_;
   const unsigned char* data_ = nullptr;
   uint64_t size_ = 0;
+  MappedFileRecord record_;
 };
 
 // Reads a JSON integer that must be >= 0 into *out; false if it is not one.
