@@ -277,6 +277,41 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
+// A killed prepare leaves its .prepare-<pid> folder: partial shards (removed by the next prepare
+// into that directory, which says so) or, killed while swapping datasets, the old dataset in old/
+// (kept and named). A prepare whose pid matches such a folder's builds in another.
+TEST_F(Training, PrepareTidiesAfterKilledPrepares) {
+  std::string out;
+  const std::string dead_pid = exited_pid();
+  ASSERT_FALSE(dead_pid.empty());
+  const std::string partial = data + "/.prepare-" + dead_pid, swapping = data + "/.prepare-" + dead_pid + "-2";
+  fs::create_directories(partial);
+  write_file(partial + "/train-00000.bin", "half a shard");
+  fs::create_directories(swapping + "/old");
+  write_file(swapping + "/old/meta.json", "the dataset set aside");
+  const std::string corpus = root + "/text/corpus.txt";
+  ASSERT_EQ(0, run_command(cli() + " prepare " + corpus + " --doc-separator % -o " + data + " --overwrite", &out)) << out;
+  EXPECT_FALSE(fs::exists(partial)) << out;
+  EXPECT_NE(out.find("note: removed " + partial + ", the partial output of a killed prepare"), std::string::npos) << out;
+  EXPECT_EQ(read_file(swapping + "/old/meta.json"), "the dataset set aside");
+  EXPECT_NE(out.find("note: " + swapping + "/old holds a dataset that an `ingot prepare --overwrite`, since killed"),
+            std::string::npos) << out;
+
+  write_file(root + "/same_pid.sh", "mkdir -p \"$3/.prepare-$$/old\" && echo kept >\"$3/.prepare-$$/old/meta.json\" && "
+                                    "exec \"$1\" prepare \"$2\" --doc-separator % -o \"$3\" --overwrite\n");
+  ASSERT_EQ(0, run_command("bash " + root + "/same_pid.sh " + cli() + " " + corpus + " " + data, &out)) << out;
+  int kept = 0;
+  for (const auto& entry : fs::directory_iterator(data)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(".prepare-", 0) == 0 && entry.path() != swapping) {
+      EXPECT_EQ(read_file((entry.path() / "old/meta.json").string()), "kept\n") << entry.path();
+      ++kept;
+    }
+  }
+  EXPECT_EQ(kept, 1) << "the folder named after the reused pid, with its set-aside dataset, must be kept";
+  EXPECT_TRUE(fs::exists(data + "/meta.json"));
+}
+
 // A shard truncated in place while training reads it (shards are memory-mapped) raised SIGBUS and
 // ended the process with no word; now the error names the file, and the exit status is 1.
 TEST_F(Training, ShardTruncatedDuringTrainingIsANamedError) {

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
 #include "ingot/data/shard.h"
@@ -206,13 +207,37 @@ struct CreatedOutputDir {
   }
 };
 
+// .prepare-<pid>[-k] folders in out whose prepare is gone (killed). One holding old/ was killed
+// while swapping datasets: old/ is the dataset it had set aside, kept and named. Any other holds
+// the partial output of a killed prepare (up to a dataset's size): removed, and said so.
+void tidy_killed_staging(const fs::path& out, std::ostream* log) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    const int64_t pid = pid_suffix(name.substr(0, name.find('-', 9)), ".prepare-");
+    if (pid < 0 || pid == ::getpid() || process_exists(pid) || !entry.is_directory()) continue;
+    if (fs::exists(entry.path() / "old")) {
+      if (log)
+        *log << "note: " << (entry.path() / "old").string() << " holds a dataset that an `ingot prepare --overwrite`, "
+             << "since killed, had set aside; move its files back to restore it, or delete " << entry.path().string() << "\n";
+      continue;
+    }
+    fs::remove_all(entry.path(), ec);
+    if (log && !ec) *log << "note: removed " << entry.path().string() << ", the partial output of a killed prepare\n";
+  }
+}
+
 // A hidden folder inside the output directory (same filesystem, so the final moves are renames;
-// hidden, so a later prepare of the parent skips it). Removed unless commit() ran.
+// hidden, so a later prepare of the parent skips it). Removed unless commit() ran. Its name is
+// fresh: a folder of a killed prepare whose pid this process now has may hold a set-aside dataset.
 struct StagingDir {
   fs::path path;
   bool committed = false;
-  explicit StagingDir(const fs::path& out) : path(out / (".prepare-" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
+  StagingDir(const fs::path& out, std::ostream* log) {
+    tidy_killed_staging(out, log);
+    const std::string base = ".prepare-" + std::to_string(::getpid());
+    path = out / base;
+    for (int k = 2; fs::exists(path); ++k) path = out / (base + "-" + std::to_string(k));
     fs::create_directories(path);
   }
   ~StagingDir() {
@@ -481,7 +506,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   }
   const std::vector<InputFile> files = collect_inputs(options);
   const CreatedOutputDir created_output{options.output_dir, check_output(options)};
-  StagingDir staging(options.output_dir);
+  StagingDir staging(options.output_dir, options.log);
   PrepareOptions staged = options;  // every file is written into the staging folder
   staged.output_dir = staging.path.string();
 
