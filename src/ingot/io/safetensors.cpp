@@ -193,7 +193,10 @@ void convert_elements(const void* src_ptr, DType from, void* dst_ptr, DType to, 
 
 std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "(";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + ")";
 }
 
