@@ -614,6 +614,23 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   EXPECT_NE(out.find("trainer_state.json: key \"step\" must be a non-negative integer"), std::string::npos) << out;
 }
 
+// An update that sends the weights to inf is caught when they would be saved: with
+// save_total_limit 1 the broken checkpoint used to replace the last good one, which rotation then
+// deleted (and --resume refuses a checkpoint holding inf).
+TEST_F(Training, NonFiniteWeightsAreNeverSaved) {
+  std::string out;
+  const std::string dir = root + "/diverged";
+  ASSERT_EQ(0, train(tiny_config(data, dir, 3, 1), "diverged", "--set save_total_limit=1", &out)) << out;
+  const std::string good = read_file(dir + "/checkpoint-3/model.safetensors");
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverged", "--resume --set save_total_limit=1 --set learning_rate=1e300",
+                     &out));
+  EXPECT_NE(out.find("the weights after step 4 hold a non-finite value (parameter "), std::string::npos) << out;
+  EXPECT_NE(out.find("not saved, and no older checkpoint deleted; the newest good checkpoint is " + dir + "/checkpoint-3"),
+            std::string::npos) << out;
+  EXPECT_EQ(read_file(dir + "/checkpoint-3/model.safetensors"), good);
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-4"));
+}
+
 // A full disk and a file-size limit are errors naming the file. metrics.jsonl's appends were
 // checked before the buffered line was written, so a full disk dropped the log silently; a write
 // past `ulimit -f` killed the process with SIGXFSZ and no message.

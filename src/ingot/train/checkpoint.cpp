@@ -77,12 +77,24 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
   const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
                                                    std::to_string(::getpid()));
-  fs::remove_all(tmp_dir);
-  fs::create_directories(tmp_dir);
-
   DType dtype;
   std::vector<char> weights = host_trainable_weights(ctx, model, &optimizer, &dtype);
   Tensor flat(weights.data(), dtype, Device::cpu, {model.weights().numel()});
+  // Weights that an update sent to inf or nan must not become the newest checkpoint: rotation
+  // would then delete the good ones before it, and --resume refuses such a file anyway.
+  if (const int64_t bad = io::first_invalid_element(flat); bad >= 0) {
+    std::string name = "padding";
+    for (const ParamEntry& e : model.entries())
+      if (bad >= e.offset && bad < e.offset + e.numel) name = e.name;
+    const auto kept = list_checkpoints(output_dir);
+    fail("the weights after step ", contents.step, " hold a non-finite value (parameter ", name, ", element ", bad,
+         " of the flat buffer): not saved, and no older checkpoint deleted",
+         kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(),
+         ". Lower learning_rate or max_grad_norm, or check the data");
+  }
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+
   io::save_hf_model(tmp_dir.string(), model.config(), model.entries(), flat, dtype, int64_t{1} << 62);
 
   std::vector<char> m(static_cast<size_t>(optimizer.exp_avg().bytes())), v(m.size());
