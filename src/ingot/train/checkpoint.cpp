@@ -82,15 +82,16 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   Tensor flat(weights.data(), dtype, Device::cpu, {model.weights().numel()});
   // Weights that an update sent to inf or nan must not become the newest checkpoint: rotation
   // would then delete the good ones before it, and --resume refuses such a file anyway.
-  if (const int64_t bad = io::first_invalid_element(flat); bad >= 0) {
-    std::string name = "padding";
-    for (const ParamEntry& e : model.entries())
-      if (bad >= e.offset && bad < e.offset + e.numel) name = e.name;
-    const auto kept = list_checkpoints(output_dir);
-    fail("the weights after step ", contents.step, " hold a non-finite value (parameter ", name, ", element ", bad,
-         " of the flat buffer): not saved, and no older checkpoint deleted",
-         kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(),
-         ". Lower learning_rate or max_grad_norm, or check the data");
+  // Parameter by parameter: the padding between them is never read.
+  for (const ParamEntry& e : model.entries()) {
+    const Tensor values(weights.data() + e.offset * dtype_size(dtype), dtype, Device::cpu, {e.numel});
+    if (const int64_t bad = io::first_invalid_element(values); bad >= 0) {
+      const auto kept = list_checkpoints(output_dir);
+      fail("the weights after step ", contents.step, " hold a non-finite value (parameter ", e.name, ", element ", bad,
+           "): not saved, and no older checkpoint deleted",
+           kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(),
+           ". Lower learning_rate or max_grad_norm, or check the data");
+    }
   }
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
