@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <ostream>
 #include <string>
 
@@ -62,6 +63,53 @@ TEST_P(CudaResume, RepeatsTheUninterruptedRunBitForBit) {
   }
   std::error_code ignored;
   if (!HasFailure()) fs::remove_all(root, ignored);
+}
+
+// SIGTERM in the middle of a CUDA run, where two steps are in flight when it lands: the run
+// finishes them, saves at the last, exits 143, and --resume ends with the uninterrupted run's bits.
+TEST(CudaStopSignal, ResumedRunRepeatsTheUninterruptedRunBitForBit) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string root = test::temp_dir("CudaStopSignal");
+  std::string skip, error, out;
+  const std::string data = test::demo_shards(root, &skip, &error);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  ASSERT_FALSE(data.empty()) << error;
+  constexpr int kDemoSteps = 1200;  // examples/demo.yaml's max_steps: ~6 s here, the signal lands near step 100
+  const std::string options = " --set device=cuda --set precision=bf16";
+  ASSERT_EQ(0, test::train_demo(data, root + "/straight", options, &out));
+
+  // train_demo's command line, run in the background and signalled once step 100 is logged.
+  const std::string command = test::shell_quoted(test::binary_path()) + " train " +
+                              test::shell_quoted(test::source_dir() + "/examples/demo.yaml") + " --set train_data=" +
+                              test::shell_quoted(data) + " --set output_dir=" + test::shell_quoted(root + "/stopped") +
+                              " --set logging_steps=1 --set eval_steps=0" + options;
+  const std::string log = root + "/stopped.log";
+  const std::string script = command + " >" + test::shell_quoted(log) + " 2>&1 &\npid=$!\n"
+                             "for i in $(seq 3000); do grep -q '^step 100/' " + test::shell_quoted(log) +
+                             " && break; sleep 0.02; done\nkill -TERM $pid\n"
+                             "for i in $(seq 3000); do kill -0 $pid 2>/dev/null || break; sleep 0.02; done\n"
+                             "kill -KILL $pid 2>/dev/null\nwait $pid\n";
+  std::ofstream(root + "/stop.sh") << script;
+  const int rc = test::run_command("bash " + test::shell_quoted(root + "/stop.sh"), &out);
+  const std::string text = test::read_file(log);
+  EXPECT_EQ(rc, 128 + 15) << out << text;
+  const size_t at = text.find("stopped by SIGTERM after step ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const int step = std::stoi(text.substr(at + 30));
+  ASSERT_TRUE(step >= 100 && step < kDemoSteps) << text;
+  EXPECT_TRUE(fs::exists(root + "/stopped/checkpoint-" + std::to_string(step))) << text;
+
+  ASSERT_EQ(0, test::train_demo(data, root + "/stopped", options + " --resume", &out));
+  EXPECT_NE(out.find("resumed from " + root + "/stopped/checkpoint-" + std::to_string(step)), std::string::npos) << out;
+  EXPECT_EQ(test::losses(root + "/stopped/metrics.jsonl"), test::losses(root + "/straight/metrics.jsonl"));
+  const std::string last = "/checkpoint-" + std::to_string(kDemoSteps);
+  for (const char* file : {"/model.safetensors", "/optimizer.safetensors"}) {
+    const std::string a = test::read_file(root + "/straight" + last + file);
+    ASSERT_FALSE(a.empty()) << root + "/straight" + last + file;
+    EXPECT_TRUE(a == test::read_file(root + "/stopped" + last + file)) << "resumed run differs in " << file;
+  }
+  std::error_code ignored;
+  if (!::testing::Test::HasFailure()) fs::remove_all(root, ignored);
 }
 
 INSTANTIATE_TEST_SUITE_P(
