@@ -351,7 +351,7 @@ TEST_F(Training, SecondRunOnABusyOutputDirIsRefused) {
 
 // SIGTERM (a scheduler's preemption, `kill`) ends a run after the step in hand with a checkpoint,
 // and exit status 143; --resume then finishes it with the bits of an uninterrupted run. Here it
-// stops an --overwrite run, which by then has replaced the old run.
+// stops an --overwrite run before its first save of its own: the run it replaces is kept aside.
 TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
   std::string out;
   const std::string dir = root + "/stopped";
@@ -380,9 +380,11 @@ TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
   EXPECT_EQ(nlohmann::json::parse(read_file(ckpt + "/trainer_state.json")).at("step"), step);
   EXPECT_NE(text.find("step " + std::to_string(step) + "/" + total + " | loss"), std::string::npos)
       << "the last step is logged\n" << text;
-  EXPECT_FALSE(fs::exists(dir + "/checkpoint-2")) << "the old run is replaced once the new one has saved";
-  for (const auto& entry : fs::directory_iterator(dir))
-    EXPECT_EQ(entry.path().filename().string().find(".replaced-run"), std::string::npos) << entry.path();
+  EXPECT_FALSE(fs::exists(dir + "/checkpoint-2"));
+  const size_t kept_at = text.find("note: the run --overwrite replaces is kept in " + dir + "/.replaced-run-");
+  ASSERT_NE(kept_at, std::string::npos) << text;
+  const std::string aside = text.substr(kept_at + 46, text.find(' ', kept_at + 46) - kept_at - 46);
+  EXPECT_TRUE(fs::exists(aside + "/checkpoint-2/model.safetensors")) << aside;
 
   ASSERT_EQ(0, train(tiny_config(data, dir, kSteps, 0), "stopped", "--resume --set eval_steps=0", &out)) << out;
   EXPECT_NE(out.find("resumed from " + ckpt + " at step " + std::to_string(step)), std::string::npos) << out;
@@ -404,7 +406,7 @@ TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
   fs::create_directories(aside);
   write_file(aside + "/metrics.jsonl", "{\"step\": 1, \"loss\": 5.0}\n");
   ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "orphan", "", &out)) << out;
-  EXPECT_NE(out.find("note: " + aside + " holds a run that an `--overwrite` run, since killed, had moved aside"),
+  EXPECT_NE(out.find("note: " + aside + " holds a run that an `--overwrite` run, killed or stopped before its first checkpoint, had moved aside"),
             std::string::npos) << out;
   EXPECT_TRUE(fs::exists(aside + "/metrics.jsonl")) << "the old run must be kept";
 

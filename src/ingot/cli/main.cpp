@@ -39,7 +39,14 @@ int command_train(const std::string& config_path, const std::vector<std::string>
   options.resume = resume;
   options.overwrite = overwrite;
   const TrainResult result = run_training(config, options, std::cout);
-  if (result.stopped_by) return 128 + result.stopped_by;  // as the shell reports a process the signal ended
+  if (result.stopped_by) {
+    // End by the signal itself, as its default action would have: a shell running a loop of
+    // commands stops the loop only when a child dies of SIGINT. (As PID 1 nothing happens.)
+    std::cout.flush();
+    std::signal(result.stopped_by, SIG_DFL);
+    std::raise(result.stopped_by);
+    return 128 + result.stopped_by;
+  }
   std::cout << "done: " << result.steps << " steps, final loss " << result.final_loss;
   if (result.final_val_loss >= 0) std::cout << ", val_loss " << result.final_val_loss;
   std::cout << "\ncheckpoint: " << result.checkpoint_dir << "\nmetrics: " << (fs::path(config.output_dir) / "metrics.jsonl").string()

@@ -11,6 +11,7 @@
 #include <memory>
 #include <ostream>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -100,14 +101,29 @@ class ReplacedRun {
     aside_ = dir / base;
     for (int k = 2; fs::exists(aside_); ++k) aside_ = dir / (base + "-" + std::to_string(k));
     fs::create_directories(aside_);
-    for (const fs::path& p : old) fs::rename(p, aside_ / p.filename());
+    std::vector<fs::path> moved;
+    try {
+      for (const fs::path& p : old) {
+        fs::rename(p, aside_ / p.filename());
+        moved.push_back(p);
+      }
+    } catch (...) {  // what was moved goes back: the old run stays whole
+      std::error_code ec;
+      for (const fs::path& p : moved) fs::rename(aside_ / p.filename(), p, ec);
+      fs::remove(aside_, ec);
+      throw;
+    }
   }
+  // Runs while an exception unwinds: nothing here may throw.
   ~ReplacedRun() {
     if (aside_.empty()) return;
-    std::error_code ec;
-    for (const fs::path& p : run_files(dir_)) fs::remove_all(p, ec);  // the failed run's
-    for (const auto& entry : fs::directory_iterator(aside_, ec)) fs::rename(entry.path(), dir_ / entry.path().filename(), ec);
-    fs::remove(aside_, ec);
+    try {
+      std::error_code ec;
+      for (const fs::path& p : run_files(dir_)) fs::remove_all(p, ec);  // the failed run's
+      for (const auto& entry : fs::directory_iterator(aside_, ec)) fs::rename(entry.path(), dir_ / entry.path().filename(), ec);
+      fs::remove(aside_, ec);
+    } catch (...) {  // a filesystem error listing the run: the old run stays in aside_, which the next run names
+    }
   }
   ReplacedRun(const ReplacedRun&) = delete;
   ReplacedRun& operator=(const ReplacedRun&) = delete;
@@ -118,14 +134,19 @@ class ReplacedRun {
     fs::remove_all(aside_, ec);
     aside_.clear();
   }
+  // Keeps both: the new run's files where they are, the old run in its folder (returned; empty if
+  // it was committed or there was none). For a run stopped by a signal before its first save.
+  fs::path keep_aside() { return std::exchange(aside_, fs::path()); }
+  bool holds_old_run() const { return !aside_.empty(); }
 
  private:
   fs::path dir_, aside_;
 };
 
 // .replaced-run-* folders of output_dir. Called while this process holds output_dir's lock and
-// before it sets anything aside, so each was left by an --overwrite run that was killed: it holds
-// the old run, which no one will put back or delete. Kept; the log names them.
+// before it sets anything aside, so each was left by an --overwrite run that was killed, or stopped
+// by a signal before its first checkpoint: it holds the old run, which no one will put back or
+// delete. Kept; the log names them.
 std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
   std::vector<fs::path> found;
   std::error_code ec;
@@ -136,19 +157,23 @@ std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
   return found;
 }
 
-// Checks that need no lock, before output_dir is created: a file in its place, nothing to resume.
+// Checks before output_dir is created (by its lock): a file in its place, nothing to resume.
 void check_output_dir(const TrainConfig& c, const TrainOptions& o) {
   if (fs::exists(c.output_dir) && !fs::is_directory(c.output_dir))
     fail("output_dir ", c.output_dir, " exists and is not a directory");
-  if (o.resume && list_checkpoints(c.output_dir).empty())
-    fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
+  if (o.resume && !fs::exists(c.output_dir))
+    fail("--resume: output_dir ", c.output_dir, " does not exist");
 }
 
 // Refuses to mix a new run into an old one unless the user said which they want. Runs under
 // output_dir's lock.
 std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
   const fs::path dir(c.output_dir);
-  if (o.resume) return nullptr;
+  if (o.resume) {
+    if (list_checkpoints(c.output_dir).empty())
+      fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
+    return nullptr;
+  }
   const std::vector<fs::path> old = run_files(dir);
   if (!old.empty() && !o.overwrite) {
     if (list_checkpoints(c.output_dir).empty())  // e.g. a run killed before its first save
@@ -205,10 +230,9 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   return changes;
 }
 
-// Loads checkpoint dir into the model, optimizer and data loader; returns its trainer_state.json,
-// whose "step" is checked.
-nlohmann::json resume_from(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer,
-                           data::DataLoader& loader) {
+// Loads checkpoint dir into the model and optimizer; returns its trainer_state.json, whose "step"
+// and "data" are checked (the data cursor is restored by the caller).
+nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
   const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
   if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
@@ -222,7 +246,6 @@ nlohmann::json resume_from(const std::string& dir, Context& ctx, Transformer& mo
   if (fs::path(dir).filename().string() != "checkpoint-" + std::to_string(step))
     fail(state_file, ": key \"step\" is ", step, ", but the checkpoint directory is ", fs::path(dir).filename().string(),
          ": the checkpoint is damaged");
-  loader.restore_state(state["data"]);
   return state;
 }
 
@@ -278,7 +301,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   if (!lock.warning().empty()) log << "warning: " << lock.warning() << "\n";
   // Before the checks that may refuse the run: the note tells where an older run went.
   for (const fs::path& aside : orphaned_replaced_runs(c.output_dir))
-    log << "note: " << aside.string() << " holds a run that an `--overwrite` run, since killed, had moved aside; "
+    log << "note: " << aside.string() << " holds a run that an `--overwrite` run, killed or stopped before its first checkpoint, had moved aside; "
         << "move its contents back to restore it, or delete it\n";
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
   for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir, lock.held()))
@@ -329,7 +352,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     const std::string dir = checkpoints.back();
     nlohmann::json state;
     try {
-      state = resume_from(dir, ctx, model, optimizer, loader);
+      state = load_resume_checkpoint(dir, ctx, model, optimizer);
     } catch (const Error& e) {
       // A damaged newest checkpoint is not skipped silently (its steps would be trained again),
       // but the way to the one before it is named.
@@ -337,6 +360,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
            " out of ", c.output_dir, ")");
     }
+    loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
     log << "resumed from " << dir << " at step " << start_step << "\n";
     for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
@@ -371,6 +395,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     double loss_sum = 0;
     int64_t count = 0, batches = 0;
     while (!val.done() && (c.eval_max_batches == 0 || batches < c.eval_max_batches)) {
+      // A scheduler's grace period after SIGTERM is short: the checkpoint comes first.
+      if (stop.received()) return -1;
       if (val.next_batch(B, eval_buffers()) == 0) break;
       for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
       model.load_batch(eval_batch());
@@ -381,7 +407,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   };
 
   int64_t last_saved = -1;
-  auto save = [&](int64_t step) {
+  auto save = [&](int64_t step, bool commit = true) {
     CheckpointContents contents;
     contents.step = step;
     contents.trainer_state = {{"step", step}, {"data", loader.save_state()}, {"seed", c.seed},
@@ -395,7 +421,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       log << "warning: " << kept << "\n";
     metrics.write_plot();
     last_saved = step;
-    if (replaced) replaced->commit();
+    if (replaced && commit) replaced->commit();
   };
 
   TrainResult result;
@@ -492,11 +518,24 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     result.stopped_by = stop.received();
     log << "stopped by " << signal_name(result.stopped_by) << " after step " << reached << " of " << c.max_steps;
     if (reached > start_step) {
-      if (last_saved != reached) save(reached);
+      // Not a commit of --overwrite: a run stopped before it saved on its own may be one its user
+      // regrets, so the run it replaces stays set aside (named below) until a later run deletes it.
+      const bool first_save = last_saved < 0;
+      if (last_saved != reached) save(reached, /*commit=*/!first_save);
       log << ": saved " << (fs::path(c.output_dir) / ("checkpoint-" + std::to_string(reached))).string()
           << "; --resume continues from it\n";
+      if (replaced)
+        if (const fs::path aside = replaced->keep_aside(); !aside.empty())
+          log << "note: the run --overwrite replaces is kept in " << aside.string()
+              << " (this run had saved nothing of its own); delete it, or move its contents back\n";
     } else {
       log << ": no step finished, nothing saved\n";
+      // A fresh run leaves nothing behind, so the same command can start it again; an
+      // --overwrite run puts the old run back (~ReplacedRun).
+      if (!options.resume && !(replaced && replaced->holds_old_run())) {
+        std::error_code ec;
+        for (const fs::path& file : run_files(c.output_dir)) fs::remove_all(file, ec);
+      }
     }
   }
   const auto checkpoints = list_checkpoints(c.output_dir);
