@@ -480,6 +480,12 @@ TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
   write_text(dir + "/meta.json", "{\"format\": \"ingot-token-shards\", \"shards\": [");
   msg = error_of([&] { resolve_shard_paths({dir}); });
   EXPECT_NE(msg.find(dir + "/meta.json"), std::string::npos) << msg;
+  // A prepare --overwrite killed mid-swap: whatever meta.json says, the shards may be mixed.
+  fs::remove(dir + "/meta.json");
+  fs::create_directories(dir + "/.prepare-12345/old");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("data: " + dir + " holds " + dir + "/.prepare-12345/old, a dataset that an `ingot prepare --overwrite`"),
+            std::string::npos) << msg;
 }
 
 // ---------------------------------------------------------------- tokenizer

@@ -347,6 +347,12 @@ TEST_F(Training, SecondRunOnABusyOutputDirIsRefused) {
   }
   ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "busy", "", &out)) << out;
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2"));
+  // Nor does `export --overwrite` replace a directory a run is writing.
+  ASSERT_EQ(0, train(tiny_config(data, root + "/other", 2, 0), "other", "", &out)) << out;
+  const ingot::DirectoryLock held(dir);
+  EXPECT_NE(0, run_command(cli() + " export " + root + "/other " + dir + " --overwrite", &out));
+  EXPECT_NE(out.find("export: " + dir + " is the output_dir of an ingot run in progress"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
 }
 
 // SIGTERM (a scheduler's preemption, `kill`) ends a run after the step in hand with a checkpoint,

@@ -14,6 +14,7 @@
 #include <yaml-cpp/exceptions.h>
 
 #include "ingot/core/arena.h"
+#include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
@@ -109,11 +110,16 @@ void create_directory_whole(const fs::path& target, const std::function<void(con
 // old entries are moved into another, the new ones moved in, and only then are the old ones
 // deleted. An error on the way puts the old entries back.
 void replace_directory_contents(const fs::path& target, const std::function<void(const fs::path&)>& write) {
-  const std::string pid = std::to_string(::getpid());
-  const fs::path staged = target / (".export-new-" + pid), aside = target / (".export-old-" + pid);
+  // Fresh names: folders of a killed export whose pid this process now has are old entries like any
+  // other (one may hold the export it had set aside), restored if this export fails.
+  auto fresh = [&](const std::string& prefix) {
+    const std::string base = prefix + std::to_string(::getpid());
+    fs::path p = target / base;
+    for (int k = 2; fs::exists(p); ++k) p = target / (base + "-" + std::to_string(k));
+    return p;
+  };
+  const fs::path staged = fresh(".export-new-"), aside = fresh(".export-old-");
   std::error_code ec;
-  fs::remove_all(staged);
-  fs::remove_all(aside);
   std::vector<fs::path> old_names, new_names, moved_old, moved_new;
   try {
     write(staged);
@@ -149,6 +155,8 @@ int command_export(const std::string& source, const std::string& out_dir, const 
     fail("export: output ", out_dir, " exists and is not a directory");
   if (fs::exists(out_dir) && !fs::is_empty(out_dir) && !overwrite)
     fail("export: ", out_dir, " exists and is not empty; pass --overwrite to replace it");
+  if (directory_in_use(out_dir))
+    fail("export: ", out_dir, " is the output_dir of an ingot run in progress; choose another output");
   for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
     if (fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");

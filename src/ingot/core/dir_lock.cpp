@@ -45,6 +45,15 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
   fd_ = fd;
 }
 
+bool directory_in_use(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".ingot.lock").string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // drops the shared lock if it was taken
+  return busy;
+}
+
 DirectoryLock::~DirectoryLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
 }

@@ -27,4 +27,8 @@ class DirectoryLock {
   std::string warning_;
 };
 
+// Whether a process holds dir's DirectoryLock now (without taking it, or creating the lock file),
+// so that another command (export --overwrite) does not replace a directory a run is writing.
+bool directory_in_use(const std::string& dir);
+
 }  // namespace ingot

@@ -22,6 +22,7 @@ struct Slot {
 Slot g_slots[kMaxMappedFiles];
 std::mutex g_slots_mutex;  // registration and removal only; never taken by the handler
 std::once_flag g_handler_installed;
+struct sigaction g_previous_sigbus;  // a handler installed before (a sanitizer's, a profiler's)
 
 void write_text(const char* text) {
   size_t left = std::strlen(text);
@@ -35,7 +36,10 @@ void write_text(const char* text) {
 
 void on_sigbus(int, siginfo_t* info, void*) {
   const auto address = reinterpret_cast<uintptr_t>(info->si_addr);
+  // si_addr is the faulting address only for a fault; `kill -BUS` (SI_USER) or sigqueue carry none.
+  const bool fault = info->si_code > 0;
   for (const Slot& slot : g_slots) {
+    if (!fault) break;
     const uintptr_t begin = slot.begin.load(std::memory_order_acquire);
     if (begin != 0 && address >= begin && address < slot.end) {
       write_text("error: ");
@@ -45,9 +49,10 @@ void on_sigbus(int, siginfo_t* info, void*) {
       ::_exit(1);
     }
   }
-  // Not a registered mapping: the default action (the process ends on SIGBUS) as without a handler.
-  signal(SIGBUS, SIG_DFL);
-  raise(SIGBUS);
+  // Not a registered mapping: whatever handled SIGBUS before takes it. A fault recurs when the
+  // handler returns, and reaches that handler with its own information; a sent signal is sent again.
+  sigaction(SIGBUS, &g_previous_sigbus, nullptr);
+  if (!fault) raise(SIGBUS);
 }
 
 void install_handler() {
@@ -55,7 +60,7 @@ void install_handler() {
   action.sa_sigaction = on_sigbus;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_SIGINFO;
-  sigaction(SIGBUS, &action, nullptr);
+  sigaction(SIGBUS, &action, &g_previous_sigbus);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // under the mapping. A file truncated or overwritten in place while mapped makes the next read of
 // a page past its new end raise SIGBUS, which would end the process with no word of which file.
 // Each mapping is registered here; a SIGBUS inside one prints an error naming the file and exits
-// with status 1. (Replacing a file by writing a new one and renaming it, as `ingot prepare` and
+// with status 1; any other SIGBUS goes to the handler installed before (or the default action).
+// (Replacing a file by writing a new one and renaming it, as `ingot prepare` and
 // `ingot export` do, never causes this: the mapping keeps the old file.)
 #pragma once
 #include <cstddef>

@@ -30,9 +30,11 @@ void on_stop_signal(int signal_number) {
 
 // A signal ignored when ingot started (`nohup`, or SIGINT for a shell's background job) stays
 // ignored: whoever started the run asked for that.
-bool install(int signal_number, struct sigaction* previous) {
+// *installed is set before the handler goes live, so that a signal in between restores previous.
+void install(int signal_number, struct sigaction* previous, bool* installed) {
+  *installed = false;
   sigaction(signal_number, nullptr, previous);
-  if (previous->sa_handler == SIG_IGN) return false;
+  if (previous->sa_handler == SIG_IGN) return;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);  // the other stop signal waits while the handler runs
@@ -40,15 +42,16 @@ bool install(int signal_number, struct sigaction* previous) {
   sigaddset(&action.sa_mask, SIGTERM);
   // SA_RESTART: a read or write the signal interrupts resumes instead of failing with EINTR.
   action.sa_flags = SA_RESTART;
-  return sigaction(signal_number, &action, nullptr) == 0;
+  *installed = true;
+  if (sigaction(signal_number, &action, nullptr) != 0) *installed = false;
 }
 
 }  // namespace
 
 StopSignals::StopSignals() {
   g_received.store(0);
-  g_installed_int = install(SIGINT, &g_previous_int);
-  g_installed_term = install(SIGTERM, &g_previous_term);
+  install(SIGINT, &g_previous_int, &g_installed_int);
+  install(SIGTERM, &g_previous_term, &g_installed_term);
 }
 
 StopSignals::~StopSignals() { restore_previous(); }

@@ -44,6 +44,13 @@ std::string describe_files(const std::vector<std::string>& files) {
 void check_against_meta(const std::string& dir, const std::vector<std::string>& found) {
   const fs::path meta_path = fs::path(dir) / "meta.json";
   std::error_code ec;
+  // A prepare --overwrite killed while swapping datasets leaves the old one in .prepare-<pid>/old
+  // and a mix of old and new shards here, with meta.json moved aside or not yet moved in.
+  for (const auto& entry : fs::directory_iterator(dir, ec))
+    if (entry.path().filename().string().rfind(".prepare-", 0) == 0 && fs::is_directory(entry.path() / "old", ec))
+      fail("data: ", dir, " holds ", (entry.path() / "old").string(), ", a dataset that an `ingot prepare --overwrite` "
+           "killed while replacing it had set aside: the shards here may mix two datasets (re-run that prepare, or "
+           "move the files of that folder back)");
   if (!fs::exists(meta_path, ec)) return;
   const std::string meta_file = meta_path.string();
   const std::string fix = " (re-run ingot prepare, or delete meta.json to train on the directory's shards as they are)";
