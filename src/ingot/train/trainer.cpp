@@ -88,9 +88,10 @@ std::vector<fs::path> run_files(const fs::path& dir) {
 }
 
 // --overwrite moves the old run into a hidden folder of output_dir and deletes it once the new run
-// has a checkpoint of its own (its first save, or the end of a run that saves nothing); a run that
-// fails before then puts the old one back (one killed outright leaves it in the folder), so
-// replacing a run never loses it to an attempt that left nothing in its place.
+// has saved a checkpoint in its own course (save_steps or its end; not the save a stop signal
+// forces, after which both are kept). A run that fails before then puts the old one back (one
+// killed outright leaves it in the folder), so replacing a run never loses it to an attempt that
+// left nothing in its place.
 class ReplacedRun {
  public:
   ReplacedRun(const fs::path& dir, const std::vector<fs::path>& old) : dir_(dir) {
