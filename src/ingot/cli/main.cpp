@@ -16,6 +16,7 @@
 #include "ingot/core/arena.h"
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/data/prepare.h"
@@ -110,15 +111,9 @@ void create_directory_whole(const fs::path& target, const std::function<void(con
 // old entries are moved into another, the new ones moved in, and only then are the old ones
 // deleted. An error on the way puts the old entries back.
 void replace_directory_contents(const fs::path& target, const std::function<void(const fs::path&)>& write) {
-  // Fresh names: folders of a killed export whose pid this process now has are old entries like any
-  // other (one may hold the export it had set aside), restored if this export fails.
-  auto fresh = [&](const std::string& prefix) {
-    const std::string base = prefix + std::to_string(::getpid());
-    fs::path p = target / base;
-    for (int k = 2; fs::exists(p); ++k) p = target / (base + "-" + std::to_string(k));
-    return p;
-  };
-  const fs::path staged = fresh(".export-new-"), aside = fresh(".export-old-");
+  // Folders of a killed export (one may hold the export it had set aside) are old entries like any
+  // other, restored if this export fails.
+  const fs::path staged = fresh_pid_path(target, ".export-new-"), aside = fresh_pid_path(target, ".export-old-");
   std::error_code ec;
   std::vector<fs::path> old_names, new_names, moved_old, moved_new;
   try {

@@ -229,15 +229,13 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
 
 // A hidden folder inside the output directory (same filesystem, so the final moves are renames;
 // hidden, so a later prepare of the parent skips it). Removed unless commit() ran. Its name is
-// fresh: a folder of a killed prepare whose pid this process now has may hold a set-aside dataset.
+// fresh (fresh_pid_path).
 struct StagingDir {
   fs::path path;
   bool committed = false;
   StagingDir(const fs::path& out, std::ostream* log) {
     tidy_killed_staging(out, log);
-    const std::string base = ".prepare-" + std::to_string(::getpid());
-    path = out / base;
-    for (int k = 2; fs::exists(path); ++k) path = out / (base + "-" + std::to_string(k));
+    path = fresh_pid_path(out, ".prepare-");
     fs::create_directories(path);
   }
   ~StagingDir() {

@@ -17,6 +17,7 @@
 
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/core/process.h"
 #include "ingot/core/stop_signals.h"
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
@@ -96,11 +97,7 @@ class ReplacedRun {
  public:
   ReplacedRun(const fs::path& dir, const std::vector<fs::path>& old) : dir_(dir) {
     if (old.empty()) return;
-    // A fresh name: a folder of this name left by a killed run (whose pid this process now has)
-    // holds an older run that must not be overwritten.
-    const std::string base = ".replaced-run-" + std::to_string(::getpid());
-    aside_ = dir / base;
-    for (int k = 2; fs::exists(aside_); ++k) aside_ = dir / (base + "-" + std::to_string(k));
+    aside_ = fresh_pid_path(dir, ".replaced-run-");
     fs::create_directories(aside_);
     std::vector<fs::path> moved;
     try {
