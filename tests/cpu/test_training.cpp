@@ -622,6 +622,18 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   EXPECT_NE(out.find("trainer_state.json: key \"step\" must be a non-negative integer"), std::string::npos) << out;
 }
 
+// save_total_limit keeps the newest checkpoints and nothing else (no partial folder is left).
+TEST_F(Training, RotationKeepsTheNewestCheckpoints) {
+  std::string out;
+  const std::string dir = root + "/rotated";
+  ASSERT_EQ(0, train(tiny_config(data, dir, 5, 1), "rotated", "--set save_total_limit=2", &out)) << out;
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir))
+    if (entry.path().filename().string().rfind("checkpoint-", 0) == 0) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"checkpoint-4", "checkpoint-5"})) << out;
+}
+
 // An update that sends the weights to inf is caught when they would be saved: with
 // save_total_limit 1 the broken checkpoint used to replace the last good one, which rotation then
 // deleted (and --resume refuses a checkpoint holding inf).

@@ -117,10 +117,14 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   if (keep_last > 0) {
     const auto all = list_checkpoints(output_dir);
     for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+      // Renamed to a partial checkpoint's name first: a deletion that fails halfway then leaves
+      // no half checkpoint under a checkpoint's name (the next run removes the rest).
       std::error_code ec;
-      fs::remove_all(all[i], ec);
+      const fs::path doomed = all[i] + ".tmp-" + std::to_string(::getpid());
+      fs::rename(all[i], doomed, ec);
+      if (!ec) fs::remove_all(doomed, ec);
       if (ec) kept.push_back("cannot delete " + all[i] + " (" + ec.message() + ") to keep the newest " +
-                             std::to_string(keep_last) + " checkpoints (save_total_limit); it stays, and training goes on");
+                             std::to_string(keep_last) + " checkpoints (save_total_limit); training goes on");
     }
   }
   return kept;
