@@ -67,7 +67,7 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
     const fs::path file = fs::path(dir) / name;
     if (std::find(found.begin(), found.end(), file.string()) == found.end())
       fail("data: ", meta_file, " lists shard ", name, ", which is missing from ", dir, fix);
-    const int64_t tokens = Shard(file.string()).num_tokens(), expected = entry["num_tokens"].get<int64_t>();
+    const int64_t tokens = read_shard_token_count(file.string()), expected = entry["num_tokens"].get<int64_t>();
     if (tokens != expected)
       fail("data: shard ", file.string(), " holds ", tokens, " tokens, but ", meta_file, " lists ", expected, fix);
     listed.push_back(file.string());

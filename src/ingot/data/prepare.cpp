@@ -214,7 +214,8 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out, ec)) {
     const std::string name = entry.path().filename().string();
-    const int64_t pid = pid_suffix(name.substr(0, name.find('-', 9)), ".prepare-");
+    const std::string prefix = ".prepare-";  // then <pid>, or <pid>-<k> (fresh_pid_path)
+    const int64_t pid = pid_suffix(name.substr(0, name.find('-', prefix.size())), prefix);
     if (pid < 0 || pid == ::getpid() || process_exists(pid) || !entry.is_directory()) continue;
     if (fs::exists(entry.path() / "old")) {
       if (log)

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "ingot/core/error.h"
@@ -51,6 +52,11 @@ HeaderFields decode_header(const unsigned char* in) {
   std::memcpy(&h.flags, in + 32, 4);
   std::memcpy(&h.vocab_size, in + 36, 4);
   return h;
+}
+
+void check_magic(const unsigned char* header, const std::string& path) {
+  if (std::memcmp(header, kShardMagic, 8) != 0)
+    fail("shard ", path, ": bad magic (expected \"INGOTTOK\"): not an Ingot token shard");
 }
 
 void write_bytes(std::FILE* file, const void* data, size_t bytes, const std::string& path) {
@@ -198,6 +204,15 @@ void write_shard(const std::string& path, const ShardData& data) {
 
 // ---- reader ----
 
+int64_t read_shard_token_count(const std::string& path) {
+  unsigned char header[kShardHeaderBytes];
+  std::ifstream file(path, std::ios::binary);
+  if (!file.read(reinterpret_cast<char*>(header), kShardHeaderBytes))
+    fail("shard ", path, ": cannot read its ", kShardHeaderBytes, "-byte header");
+  check_magic(header, path);
+  return static_cast<int64_t>(decode_header(header).num_tokens);
+}
+
 Shard::Shard(const std::string& path) : path_(path) {
   struct stat path_st;  // before open: opening a FIFO would wait for a writer forever
   if (::stat(path.c_str(), &path_st) == 0 && !S_ISREG(path_st.st_mode))
@@ -227,8 +242,7 @@ Shard::Shard(const std::string& path) : path_(path) {
   record_ = MappedFileRecord(map_, file_bytes, path);  // a SIGBUS in the mapping names this file
   try {
     const auto* base = static_cast<const unsigned char*>(map_);
-    if (std::memcmp(base, kShardMagic, 8) != 0)
-      fail("shard ", path, ": bad magic (expected \"INGOTTOK\"): not an Ingot token shard");
+    check_magic(base, path);
     const HeaderFields h = decode_header(base);
     if (h.version != kShardVersion)
       fail("shard ", path, ": unsupported version ", h.version, " (this build reads version ",

@@ -516,10 +516,10 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     result.stopped_by = stop.received();
     log << "stopped by " << signal_name(result.stopped_by) << " after step " << reached << " of " << c.max_steps;
     if (reached > start_step) {
-      // Not a commit of --overwrite: a run stopped before it saved on its own may be one its user
-      // regrets, so the run it replaces stays set aside (named below) until a later run deletes it.
-      const bool first_save = last_saved < 0;
-      if (last_saved != reached) save(reached, /*commit=*/!first_save);
+      // Not a commit of --overwrite (a save in the run's own course has made it already, if any): a
+      // run stopped before then may be one its user regrets, so the run it replaces stays set
+      // aside (named below) until a later run deletes it.
+      if (last_saved != reached) save(reached, /*commit=*/false);
       log << ": saved " << (fs::path(c.output_dir) / ("checkpoint-" + std::to_string(reached))).string()
           << "; --resume continues from it\n";
       if (replaced)
