@@ -699,6 +699,10 @@ TEST_F(Training, ExportGenerateAndInfo) {
     EXPECT_TRUE(fs::exists(root + "/hf/config.json")) << spelled;
     EXPECT_TRUE(fs::exists(root + "/hf/model.safetensors")) << spelled;
   }
+  // Not inside the checkpoint it reads: rotation would delete the export with the checkpoint.
+  EXPECT_NE(0, run_command(cli() + " export " + root + "/run " + root + "/run/checkpoint-3/hf", &out));
+  EXPECT_NE(out.find("lies inside the checkpoint"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3/hf"));
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf2/", &out)) << out;
   EXPECT_TRUE(fs::exists(root + "/hf2/model.safetensors"));
   // An existing directory is filled in place, never renamed: it may be a mount point (a

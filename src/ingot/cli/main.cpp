@@ -146,6 +146,10 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   const fs::path source_path = fs::weakly_canonical(dir), out_path = fs::weakly_canonical(out_dir);
   if (std::mismatch(out_path.begin(), out_path.end(), source_path.begin(), source_path.end()).first == out_path.end())
     fail("export: output ", out_dir, " is the checkpoint ", dir, " or a directory holding it; choose another output");
+  // An export inside the checkpoint would be deleted with it when the run's rotation drops it.
+  if (std::mismatch(source_path.begin(), source_path.end(), out_path.begin(), out_path.end()).first == source_path.end())
+    fail("export: output ", out_dir, " lies inside the checkpoint ", dir,
+         ", and would be deleted with it when checkpoints rotate; choose a directory outside it");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))
     fail("export: output ", out_dir, " exists and is not a directory");
   if (fs::exists(out_dir) && !fs::is_empty(out_dir) && !overwrite)
