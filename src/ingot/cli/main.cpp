@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   std::string tokenizer_path = "byte";
   prepare->add_option("inputs", prep.inputs, "text files, JSONL files or directories")->required();
   prepare->add_option("-o,--output", prep.output_dir, "output directory for the shards")->required();
-  prepare->add_option("--tokenizer", tokenizer_path, "\"byte\" (default) or a tokenizer.json");
+  prepare->add_option("--tokenizer", tokenizer_path, "\"byte\" (default), a tokenizer.json or the folder holding it");
   prepare->add_option("--doc-separator", prep.doc_separator, "plain text: a line that separates documents (e.g. %)");
   prepare->add_option("--text-field", prep.text_field, "JSONL: the field holding the text (default: text)");
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");

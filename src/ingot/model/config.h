@@ -37,7 +37,7 @@ struct ModelConfig {
   bool qk_norm = false;                // per-head RMSNorm on q and k (qwen3)
   double initializer_range = 0.02;     // std of the normal init when training from scratch
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: not set
-  std::string torch_dtype = "bfloat16";          // recorded for export
+  std::string torch_dtype = "bfloat16";          // as read; a written config.json names its own weights' dtype
 };
 
 // Reads and validates MODEL_DIR/config.json (or a path to the json itself).
