@@ -376,6 +376,8 @@ TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
   const int rc = run_command("bash " + root + "/stop.sh " + cli() + " " + root + "/stopped.yaml " + log, &out);
   const std::string text = read_file(log);
   EXPECT_EQ(rc, 128 + 15) << out << text;
+  EXPECT_NE(text.find("ingot: SIGTERM: stopping after the step in hand (and saving a checkpoint); a second signal stops at once"),
+            std::string::npos) << "the signal is acknowledged when it comes\n" << text;
   const size_t at = text.find("stopped by SIGTERM after step ");
   ASSERT_NE(at, std::string::npos) << text;
   const int64_t step = std::stoll(text.substr(at + 30));

@@ -1,8 +1,10 @@
 #include "ingot/core/stop_signals.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 
 namespace ingot {
 
@@ -22,10 +24,21 @@ void restore_previous() {
 
 // sigaction is async-signal-safe: after the first signal of either kind, the next one of either
 // kind takes the action it had before (by default, ending the process).
+// The note says at once that the signal arrived, which matters while a large model loads: the run
+// stops only after that, before its first step. write(2) is async-signal-safe; printf is not.
 void on_stop_signal(int signal_number) {
   int none = 0;
   g_received.compare_exchange_strong(none, signal_number);
   restore_previous();
+  static constexpr char kNoteInt[] =
+      "\ningot: SIGINT: stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
+  static constexpr char kNoteTerm[] =
+      "\ningot: SIGTERM: stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
+  const char* note = signal_number == SIGINT ? kNoteInt : kNoteTerm;
+  const size_t size = signal_number == SIGINT ? sizeof kNoteInt - 1 : sizeof kNoteTerm - 1;
+  const int saved_errno = errno;  // the interrupted code may be about to read it
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, note, size);
+  errno = saved_errno;
 }
 
 // A signal ignored when ingot started (`nohup`, or SIGINT for a shell's background job) stays
