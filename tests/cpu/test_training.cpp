@@ -16,6 +16,7 @@
 
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/data/shard.h"
 #include "ingot/io/safetensors.h"
 #include "ingot/train/metrics.h"
 #include "test_util.h"
@@ -430,6 +431,53 @@ TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
       ++kept;
     }
   EXPECT_EQ(kept, 1) << "the set-aside run named after the reused pid must be kept";
+}
+
+// A step whose batches hold no trained target (all masked, as in the middle of a long SFT prompt)
+// has no loss and no update. It used to log loss 0.0, and AdamW's weight decay and momentum moved
+// the weights anyway.
+TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
+  std::string out;
+  // 40 documents of 12 tokens; only every fifth has targets (its second half).
+  ingot::data::ShardData shard;
+  shard.vocab_size = 257;
+  for (int doc = 0; doc < 40; ++doc) {
+    shard.document_starts.push_back(shard.tokens.size());
+    for (int t = 0; t < 12; ++t) {
+      shard.tokens.push_back(97 + (doc * 7 + t * 3) % 26);
+      shard.loss_mask.push_back(doc % 5 == 0 && t >= 6 ? 1 : 0);
+    }
+  }
+  fs::create_directories(root + "/masked");
+  ingot::data::write_shard(root + "/masked/train-00000.bin", shard);
+  const std::string dir = root + "/sparse";
+  ASSERT_EQ(0, train(tiny_config(root + "/masked", dir, 12, 1), "sparse",
+                     "--set packing=padded --set micro_batch_size=1 --set gradient_accumulation_steps=1 "
+                     "--set save_total_limit=20 --set eval_steps=0", &out)) << out;
+  std::vector<int64_t> skipped;
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  bool trained = false;
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    const int64_t step = j.at("step").get<int64_t>();
+    if (j.at("loss").is_null()) {
+      EXPECT_TRUE(j.at("grad_norm").is_null()) << line;
+      EXPECT_NE(out.find("step " + std::to_string(step) + "/12 | no trained targets in its batches (all masked or padding): no update"),
+                std::string::npos) << out;
+      skipped.push_back(step);
+    } else {
+      EXPECT_GT(j.at("loss").get<double>(), 0.0) << line;
+      trained = true;
+    }
+  }
+  EXPECT_TRUE(trained) << out;
+  const auto later = std::find_if(skipped.begin(), skipped.end(), [](int64_t step) { return step >= 2; });
+  ASSERT_NE(later, skipped.end()) << "no step after the first was without targets; change the data\n" << out;
+  // Learning rate and weight decay are nonzero at that step, so any update would show.
+  const std::string before = dir + "/checkpoint-" + std::to_string(*later - 1), after = dir + "/checkpoint-" + std::to_string(*later);
+  EXPECT_EQ(read_file(before + "/model.safetensors"), read_file(after + "/model.safetensors")) << *later;
+  EXPECT_EQ(read_file(before + "/optimizer.safetensors"), read_file(after + "/optimizer.safetensors")) << *later;
+  EXPECT_NE(out.find("final loss"), std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

@@ -18,9 +18,9 @@ namespace fs = std::filesystem;
 std::string metrics_record_json(const MetricsRecord& r) {
   nlohmann::ordered_json j;
   j["step"] = r.step;
-  j["loss"] = r.loss;
+  j["loss"] = r.loss ? nlohmann::ordered_json(*r.loss) : nlohmann::ordered_json(nullptr);
   j["lr"] = r.lr;
-  j["grad_norm"] = r.grad_norm;
+  j["grad_norm"] = r.grad_norm ? nlohmann::ordered_json(*r.grad_norm) : nlohmann::ordered_json(nullptr);
   j["tokens_per_s"] = r.tokens_per_s;
   j["elapsed_s"] = r.elapsed_s;
   if (r.val_loss) j["val_loss"] = *r.val_loss;
@@ -39,9 +39,9 @@ MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir
       MetricsRecord r;
       r.step = j.value("step", int64_t{0});
       if (r.step > resume_step) continue;
-      r.loss = j.value("loss", 0.0);
+      if (j.contains("loss") && j["loss"].is_number()) r.loss = j["loss"].get<double>();
       r.lr = j.value("lr", 0.0);
-      r.grad_norm = j.value("grad_norm", 0.0);
+      if (j.contains("grad_norm") && j["grad_norm"].is_number()) r.grad_norm = j["grad_norm"].get<double>();
       r.tokens_per_s = j.value("tokens_per_s", 0.0);
       r.elapsed_s = j.value("elapsed_s", 0.0);
       if (j.contains("val_loss")) r.val_loss = j["val_loss"].get<double>();
@@ -81,8 +81,8 @@ std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std:
   double max_step = 1, lo = INFINITY, hi = -INFINITY;
   for (const MetricsRecord& r : records) {
     max_step = std::max(max_step, static_cast<double>(r.step));
-    for (double v : {r.loss, r.val_loss.value_or(r.loss)})
-      if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    for (const std::optional<double>& v : {r.loss, r.val_loss})
+      if (v && std::isfinite(*v)) lo = std::min(lo, *v), hi = std::max(hi, *v);
   }
   if (!std::isfinite(lo)) lo = 0, hi = 1;
   if (hi - lo < 1e-9) hi = lo + 1;
@@ -110,7 +110,7 @@ std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std:
   svg << "<text x=\"" << (left + width - right) / 2 << "\" y=\"" << height - 10 << "\" text-anchor=\"middle\">step</text>\n";
   svg << "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\" points=\"";
   for (const MetricsRecord& r : records)
-    if (std::isfinite(r.loss)) svg << x(static_cast<double>(r.step)) << "," << y(r.loss) << " ";
+    if (r.loss && std::isfinite(*r.loss)) svg << x(static_cast<double>(r.step)) << "," << y(*r.loss) << " ";
   svg << "\"/>\n<polyline fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\" points=\"";
   for (const MetricsRecord& r : records)
     if (r.val_loss && std::isfinite(*r.val_loss)) svg << x(static_cast<double>(r.step)) << "," << y(*r.val_loss) << " ";

@@ -10,7 +10,9 @@ namespace ingot {
 
 struct MetricsRecord {
   int64_t step = 0;
-  double loss = 0, lr = 0, grad_norm = 0, tokens_per_s = 0, elapsed_s = 0;
+  // None (null in metrics.jsonl): the step had no trained targets, and no update.
+  std::optional<double> loss, grad_norm;
+  double lr = 0, tokens_per_s = 0, elapsed_s = 0;
   std::optional<double> val_loss;
 };
 

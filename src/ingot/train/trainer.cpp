@@ -442,33 +442,24 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   std::deque<Launched> in_flight;
   auto evaluates = [&](int64_t done) { return done == c.max_steps || (c.eval_steps > 0 && done % c.eval_steps == 0); };
   auto saves = [&](int64_t done) { return done == c.max_steps || (c.save_steps > 0 && done % c.save_steps == 0); };
-  auto finish_oldest = [&]() {
-    const StepResult res = runner.collect();
-    const Launched info = in_flight.front();
-    in_flight.pop_front();
-    const double loss = info.count ? res.loss_sum / static_cast<double>(info.count) : 0.0;
-    if (!std::isfinite(loss)) {
-      // The first step's loss comes from weights no update has touched yet.
-      if (info.step == start_step + 1)
-        fail("loss is ", loss, " at step ", info.step, ", before any update: check the starting weights (",
-             c.model.empty() ? "init_std" : c.model, ") and the data");
-      fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
+  // Logs step `done` (when due or when stopping), evaluates and saves as scheduled. No loss: the
+  // step had no trained targets, and no update.
+  auto finish_step = [&](int64_t done, double lr, std::optional<double> loss, std::optional<double> grad_norm) {
+    if (loss) {
+      ++window_steps;
+      result.final_loss = *loss;
     }
-    ++window_steps;
-    const int64_t done = info.step;
-    result.final_loss = loss;
-
     const bool last = done == c.max_steps;
     const bool do_eval = evaluates(done);
-    const bool do_log = last || done % c.logging_steps == 0 || do_eval || stop.received();
+    const bool do_log = last || done % c.logging_steps == 0 || do_eval || stop.received() || !loss;
     if (do_log) {
       const double window_s = seconds_since(t_window);
       const double elapsed = elapsed_before + seconds_since(t_start);
       MetricsRecord r;
       r.step = done;
       r.loss = loss;
-      r.lr = info.lr;
-      r.grad_norm = res.grad_norm;
+      r.lr = lr;
+      r.grad_norm = grad_norm;
       r.tokens_per_s = static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9);
       r.elapsed_s = elapsed;
       if (do_eval) {
@@ -477,19 +468,39 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       }
       const double per_step = seconds_since(t_start) / static_cast<double>(done - start_step);
       char line[320];
-      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | elapsed %s | eta %s",
-                    static_cast<long long>(done), static_cast<long long>(c.max_steps), loss, info.lr, res.grad_norm,
-                    r.tokens_per_s, format_duration(elapsed).c_str(),
-                    format_duration(per_step * static_cast<double>(c.max_steps - done)).c_str());
+      if (loss)
+        std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.3f | %.0f tok/s | elapsed %s | eta %s",
+                      static_cast<long long>(done), static_cast<long long>(c.max_steps), *loss, lr, *grad_norm,
+                      r.tokens_per_s, format_duration(elapsed).c_str(),
+                      format_duration(per_step * static_cast<double>(c.max_steps - done)).c_str());
+      else
+        std::snprintf(line, sizeof line, "step %lld/%lld | no trained targets in its batches (all masked or padding): no update",
+                      static_cast<long long>(done), static_cast<long long>(c.max_steps));
       log << line;
       if (r.val_loss) log << " | val_loss " << *r.val_loss;
       log << std::endl;
       metrics.append(r);
-      t_window = std::chrono::steady_clock::now();
-      window_steps = 0;
+      if (loss) {
+        t_window = std::chrono::steady_clock::now();
+        window_steps = 0;
+      }
     }
     if (saves(done)) save(done);
     result.steps = done;
+  };
+  auto finish_oldest = [&]() {
+    const StepResult res = runner.collect();
+    const Launched info = in_flight.front();
+    in_flight.pop_front();
+    const double loss = res.loss_sum / static_cast<double>(info.count);
+    if (!std::isfinite(loss)) {
+      // The first step's loss comes from weights no update has touched yet.
+      if (info.step == start_step + 1)
+        fail("loss is ", loss, " at step ", info.step, ", before any update: check the starting weights (",
+             c.model.empty() ? "init_std" : c.model, ") and the data");
+      fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
+    }
+    finish_step(info.step, info.lr, loss, res.grad_norm);
   };
 
   for (int64_t step = start_step; step < c.max_steps && !stop.received(); ++step) {
@@ -502,6 +513,14 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
       for (int64_t i = 0; i < rows; ++i) count += b.targets[i] != ops::kIgnoreIndex;
     }
     const double lr = schedule.at(step);
+    if (count == 0) {
+      // Every target of the step's batches is masked or padding (the middle of a long prompt, say):
+      // the mean loss is undefined and the gradient zero, so nothing is launched. An update would
+      // still move the weights by AdamW's momentum and weight decay. The batches are used up.
+      while (!in_flight.empty()) finish_oldest();
+      finish_step(step + 1, lr, std::nullopt, std::nullopt);
+      continue;
+    }
     runner.launch(step + 1, lr, count);
     in_flight.push_back({step + 1, lr, count});
     // On the CPU a launch runs the step to the end, so there is nothing to overlap: finishing it at
