@@ -120,6 +120,13 @@ TEST(Chat, UnknownTemplateNamesSupportedFormats) {
                               "x");
   });
   EXPECT_NE(msg.find("3.1"), std::string::npos) << msg;
+  // QwQ-style: ChatML that strips the think block from every assistant turn. It rendered as Qwen3.
+  msg = error_of([] {
+    chat_format_from_template("{%- set content = message.content.split('</think>')[-1] %}<|im_start|>", "",
+                              "qwq/tokenizer_config.json");
+  });
+  EXPECT_NE(msg.find("qwq/tokenizer_config.json: a ChatML template with <think> handling other than Qwen3's"),
+            std::string::npos) << msg;
   const std::string dir = test::temp_dir("chat_no_template");
   std::ofstream(dir + "/tokenizer_config.json") << R"({"bos_token": null})";
   msg = error_of([&] { load_chat_format(dir); });

@@ -233,6 +233,13 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
   if (tmpl.find("<|im_start|>") != std::string_view::npos) {
     f.kind = ChatFormatKind::chatml;
     f.think_blocks = tmpl.find("</think>") != std::string_view::npos;
+    // Qwen3's think handling (reasoning_content, empty think blocks after the last query) is the one
+    // built in; QwQ-style templates also mention </think> but drop the block from every turn.
+    if (f.think_blocks && tmpl.find("reasoning_content") == std::string_view::npos)
+      fail("chat template of ", source,
+           ": a ChatML template with <think> handling other than Qwen3's (reasoning_content), such as "
+           "QwQ's, is not supported; ",
+           kSupported);
     f.default_system = find_default_system(tmpl);
     return f;
   }
