@@ -616,6 +616,44 @@ TEST(DataPrepare, JsonlTextFieldAndShardSplitting) {
   EXPECT_EQ(loader.num_tokens(), 30);
 }
 
+// A truncated text document keeps its end-of-text token: in stream mode it is the only mark
+// between documents (it used to be cut off with the tail). Whitespace-only JSONL texts are dropped,
+// as whitespace-only text files are.
+TEST(DataPrepare, TruncatedTextKeepsItsEndOfTextToken) {
+  const std::string dir = test::temp_dir("prepare_truncate");
+  write_text(dir + "/data.jsonl", "{\"text\": \"abcdefgh\"}\n{\"text\": \" \\n\\t \"}\n{\"text\": \"xy\"}\n");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/data.jsonl"};
+  o.output_dir = dir + "/out";
+  o.max_seq_len = 4;
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 2);
+  EXPECT_EQ(r.truncated, 1);
+  Shard s(dir + "/out/train-00000.bin");
+  std::vector<int32_t> tokens(s.num_tokens());
+  s.read_tokens(0, s.num_tokens(), tokens.data());
+  EXPECT_EQ(tok.decode(tokens), "abc<|endoftext|>xy<|endoftext|>");
+}
+
+// An earlier dataset inside an input directory adds nothing: not its shards, its meta.json, or the
+// tokenizer files the CLI copies beside them (4M tokens of JSON from a one-line corpus before).
+TEST(DataPrepare, EarlierDatasetInTheInputIsSkipped) {
+  const std::string dir = test::temp_dir("prepare_nested");
+  write_text(dir + "/in/a.txt", "hello");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/in"};
+  o.output_dir = dir + "/in/old";
+  prepare_dataset(o, tok);
+  write_text(dir + "/in/old/tokenizer.json", "{\"model\": {}}");
+  write_text(dir + "/in/old/tokenizer_config.json", "{\"eos_token\": null}");
+  o.output_dir = dir + "/new";
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 1);
+  EXPECT_EQ(r.num_tokens, 6);
+}
+
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   const std::string dir = test::temp_dir("prepare_bad_jsonl");
   const std::string file = dir + "/bad.jsonl";

@@ -84,8 +84,11 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
           continue;
         }
         // An earlier dataset inside an input directory: its shards are binary (skipped below), and
-        // its meta.json is not text to train on.
-        if (p.filename() == "meta.json" && fs::exists(p.parent_path() / "train-00000.bin", ec)) continue;
+        // its meta.json and the tokenizer files `ingot prepare` copies beside them are not text to
+        // train on.
+        if ((p.filename() == "meta.json" || p.filename() == "tokenizer.json" || p.filename() == "tokenizer_config.json") &&
+            fs::exists(p.parent_path() / "train-00000.bin", ec))
+          continue;
         if (it->is_regular_file(ec)) found.push_back(p);
       }
       std::sort(found.begin(), found.end());
@@ -401,8 +404,11 @@ class DocumentEncoder {
         ++report_.dropped;
         return;
       }
+      // A text document keeps its end-of-text token: in stream mode it is the only mark between
+      // documents. (A chat sample is cut as it comes, as transformers' truncation cuts it.)
       ids.resize(limit);
       if (chat) mask.resize(limit);
+      else ids.back() = tokenizer_.eos_id();
       ++report_.truncated;
     }
     const int64_t trained =
@@ -562,7 +568,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
             auto field = record.find(options.text_field);
             if (field == record.end() || !field->is_string())
               problem = "no string field \"" + options.text_field + "\"";
-            else if (const auto& text = field->get_ref<const std::string&>(); !text.empty())
+            else if (const auto& text = field->get_ref<const std::string&>(); !is_blank(text))
               add_text(where, text, line_bytes);
             else
               progress.advance(line_bytes);
