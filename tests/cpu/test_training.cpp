@@ -534,6 +534,16 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
   for (const char* note : {"note: resume: micro_batch_size was 2 in the checkpoint, now 1: the steps from here on group",
                            "note: resume: gradient_accumulation_steps was 2 in the checkpoint, now 4"})
     EXPECT_NE(out.find(note), std::string::npos) << note << "\n" << out;
+  // So are the schedule's and the optimizer's other settings (recorded since 2026-12-01).
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 6, 0), "run",
+                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
+                     "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  for (const char* note : {"note: resume: warmup_steps was 2 in the checkpoint, now 5: the steps from here on use the new value",
+                           "note: resume: weight_decay was 0.1 in the checkpoint, now 0.0",
+                           "note: resume: adam_beta2 was 0.999 in the checkpoint, now 0.95",
+                           "note: resume: train_on_inputs was false in the checkpoint, now true"})
+    EXPECT_NE(out.find(note), std::string::npos) << note << "\n" << out;
+  EXPECT_EQ(out.find("note: resume: micro_batch_size"), std::string::npos) << "compared with the newest checkpoint\n" << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

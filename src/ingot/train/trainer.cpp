@@ -197,6 +197,24 @@ std::vector<std::string> companion_files(const TrainConfig& c) {
   return files;
 }
 
+// Settings that shape every step from here on, recorded in trainer_state.json since 2026-12-01
+// (beside max_steps, learning_rate, lr_scheduler_type and the batch shape) and compared on resume.
+nlohmann::json step_settings(const TrainConfig& c) {
+  return {{"warmup_steps", c.warmup_steps},
+          {"min_lr_ratio", c.min_lr_ratio},
+          {"wsd_decay_ratio", c.wsd_decay_ratio},
+          {"weight_decay", c.weight_decay},
+          {"adam_beta1", c.adam_beta1},
+          {"adam_beta2", c.adam_beta2},
+          {"adam_epsilon", c.adam_epsilon},
+          {"max_grad_norm", c.max_grad_norm},
+          {"weight_decay_norms", c.weight_decay_norms},
+          {"weight_decay_biases", c.weight_decay_biases},
+          {"weight_decay_embeddings", c.weight_decay_embeddings},
+          {"train_on_inputs", c.train_on_inputs},
+          {"logits_chunk_tokens", c.logits_chunk_tokens}};
+}
+
 // What this run changes from the one that wrote the checkpoint it resumes, one line each for the
 // log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
 // no longer repeats an uninterrupted run, and the user should see that rather than find out.
@@ -225,6 +243,11 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + std::to_string(value) +
                         ": the steps from here on group the data differently, so the run no longer repeats the uninterrupted one");
+  const nlohmann::json settings = step_settings(c);  // items() refers to it: not a temporary
+  for (const auto& [key, value] : settings.items())
+    if (state.contains(key) && state[key] != value)
+      changes.push_back(key + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
+                        ": the steps from here on use the new value, so the run no longer repeats the uninterrupted one");
   return changes;
 }
 
@@ -414,6 +437,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
                               {"recipe", describe(recipe)}, {"micro_batch_size", c.micro_batch_size},
                               {"gradient_accumulation_steps", c.gradient_accumulation_steps},
                               {"config_source", c.source}};
+    contents.trainer_state.update(step_settings(c));
     for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c),
                                                    c.save_total_limit))
       log << "warning: " << kept << "\n";
