@@ -864,6 +864,20 @@ TEST_F(Training, DatasetTooShortForOneSequence) {
   EXPECT_NE(out.find("tokens"), std::string::npos) << out;
 }
 
+// init_std initialises a model trained from scratch; with model: it did nothing to the loaded
+// weights but rewrote initializer_range in the checkpoints' config.json.
+TEST_F(Training, InitStdWithAModelToLoadIsRefused) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;
+  std::string config = tiny_config(data, root + "/ft", 1, 0);
+  config = "model: " + root + "/run/checkpoint-1\n" + config.substr(config.find("train_data"));
+  EXPECT_NE(0, train(config, "ft", "--set init_std=0.02", &out));
+  EXPECT_NE(out.find("--set init_std=0.02: key \"init_std\" sets the initialisation of a model trained from scratch"),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/ft/metrics.jsonl"));
+  EXPECT_EQ(0, train(config, "ft", "", &out)) << out;
+}
+
 TEST_F(Training, MissingOrMismatchedWeights) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;

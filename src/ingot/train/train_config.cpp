@@ -270,6 +270,10 @@ void validate(const TrainConfig& c) {
   if (c.model.empty() == c.model_config.empty())
     fail(c.source_of({"model", "model_config"}),
          ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
+  // It did nothing to the loaded weights, but rewrote initializer_range in every checkpoint.
+  if (!c.model.empty() && c.init_std > 0)
+    fail(c.source_of({"init_std"}), ": key \"init_std\" sets the initialisation of a model trained from scratch (model_config), "
+         "but \"model\" loads ", c.model, " from its weights; remove init_std");
   if (c.train_data.empty()) fail(c.source_of({"train_data"}), ": \"train_data\" is required (token shards made by `ingot prepare`)");
   if (c.val_fraction >= 1.0) fail(c.source_of({"val_fraction"}), ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
   try {
@@ -385,7 +389,7 @@ ModelConfig resolve_model_config(const TrainConfig& c) {
     model = parse_model_config(c.model_config, source);
   }
   else model = load_model_config(c.model_config);
-  if (c.init_std > 0) model.initializer_range = c.init_std;
+  if (c.init_std > 0) model.initializer_range = c.init_std;  // from scratch only (validate)
   return model;
 }
 
