@@ -63,7 +63,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},
       {"num_threads", "0", "CPU threads; 0: all cores"},
       {"logits_chunk_tokens", "0", "tokens per LM-head + loss chunk; 0: automatic"},
-      {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range"},
+      {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range (refused with model)"},
   };
   return keys;
 }
