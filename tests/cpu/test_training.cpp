@@ -18,6 +18,8 @@
 #include "ingot/core/error.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/safetensors.h"
+#include "ingot/data/bpe_tokenizer.h"
+#include "ingot/train/generate.h"
 #include "ingot/train/metrics.h"
 #include "test_util.h"
 
@@ -740,6 +742,38 @@ TEST_F(Training, FullDiskAndFileSizeLimitAreNamedErrors) {
   EXPECT_EQ(rc, 1) << out;  // 153 was SIGXFSZ
   EXPECT_NE(out.find("File too large"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/limited")) << "a failed prepare takes back the directory it created";
+}
+
+// generate printed each token on its own, so a character whose bytes span tokens came out as
+// U+FFFD ("cr\uFFFD\uFFFDme"). The stream holds such a tail back until the character is whole.
+TEST(TextStream, CharactersSplitAcrossTokensComeOutWhole) {
+  const auto tokenizer =
+      ingot::data::BpeTokenizer::from_file(ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer");
+  const std::string text = "la cr\u00e8me br\u00fbl\u00e9e, \u65e5\u672c\u8a9e \U0001F600!";
+  const std::vector<int32_t> ids = tokenizer.encode(text);
+  ingot::TextStream stream(tokenizer);
+  std::string streamed;
+  int held = 0;
+  for (const int32_t id : ids) {
+    const std::string piece = stream.push(id);
+    held += piece.empty();
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << "a split character was printed";
+    streamed += piece;
+  }
+  streamed += stream.flush();
+  EXPECT_EQ(streamed, text);
+  EXPECT_GT(held, 0) << "no character of the text spans tokens here: the test checks nothing";
+}
+
+// A model vocabulary padded past the tokenizer's: ids no text maps to are never sampled (generate
+// stopped with "cannot decode id ...").
+TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
+  std::string out, config = tiny_config(data, root + "/padded", 2, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 512");
+  ASSERT_EQ(0, train(config, "padded", "", &out)) << out;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 40 --top-k 0 "
+                                   "--temperature 1 --seed 1", &out)) << out;
+  EXPECT_EQ(0u, out.find("the ")) << out;
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

@@ -26,6 +26,21 @@ std::unique_ptr<data::Tokenizer> load_tokenizer(const std::string& model_dir, co
   return std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(path));
 }
 
+std::string TextStream::push(int32_t id) {
+  pending_.push_back(id);
+  const std::string text = tokenizer_.decode(pending_);
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  if (pending_.size() < 4 && text.ends_with(kReplacement)) return "";
+  pending_.clear();
+  return text;
+}
+
+std::string TextStream::flush() {
+  const std::string text = pending_.empty() ? std::string() : tokenizer_.decode(pending_);
+  pending_.clear();
+  return text;
+}
+
 static int32_t sample(std::vector<double> logits, double temperature, int64_t top_k, SplitMixRng& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -73,7 +88,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   std::string text = o.prompt;
   if (out) *out << o.prompt << std::flush;
   std::vector<int32_t> positions;
-  size_t printed = tokens.size();
+  TextStream stream(*tokenizer);
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     // Keep the last `context` tokens when the window is full.
     const size_t begin = tokens.size() > static_cast<size_t>(context) ? tokens.size() - context : 0;
@@ -84,17 +99,20 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     batch.input_ids = window.data();
     batch.positions = positions.data();
     model.load_batch(batch, static_cast<int64_t>(window.size()));
-    const std::vector<double> logits = model.forward_last_logits();
+    std::vector<double> logits = model.forward_last_logits();
+    // A model's vocabulary may be padded past the tokenizer's (Qwen: 151936 against 151665 ids):
+    // ids no text maps to are never sampled.
+    logits.resize(static_cast<size_t>(tokenizer->vocab_size()));
     const int32_t next = sample(logits, o.temperature, o.top_k, rng);
     if (next == tokenizer->eos_id()) break;
     tokens.push_back(next);
-    // Print whole pieces: decode everything new so multi-byte characters come out intact.
-    const std::string piece = tokenizer->decode(std::span<const int32_t>(tokens.data() + printed, tokens.size() - printed));
+    const std::string piece = stream.push(next);
     text += piece;
-    printed = tokens.size();
     if (out) *out << piece << std::flush;
   }
-  if (out) *out << "\n";
+  const std::string rest = stream.flush();
+  text += rest;
+  if (out) *out << rest << "\n";
   return text;
 }
 

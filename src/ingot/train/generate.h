@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ingot/data/tokenizer.h"
 
@@ -20,6 +21,20 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::string device = "auto";
   std::string tokenizer;        // tokenizer.json path; default: the model dir's, else bytes
+};
+
+// Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes
+// to U+FFFD until its last byte arrives, so such a tail is held back (at most 3 more tokens: a
+// character has at most 4 bytes) and printed whole.
+class TextStream {
+ public:
+  explicit TextStream(const data::Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  std::string push(int32_t id);  // the text now complete; "" while a character is split
+  std::string flush();           // what is held back, at the end
+
+ private:
+  const data::Tokenizer& tokenizer_;
+  std::vector<int32_t> pending_;
 };
 
 // The model dir's tokenizer.json when present, else the byte tokenizer.
