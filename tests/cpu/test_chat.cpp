@@ -276,6 +276,38 @@ TEST(PrepareChat, AlpacaAndOverflow) {
   EXPECT_NE(msg.find("2 documents dropped"), std::string::npos) << msg;
 }
 
+// A sample cut before its answer is dropped, and counted as dropped only: the report and meta.json
+// counted it as truncated too, so "truncated" was more than the truncated samples in the shards.
+TEST(PrepareChat, TruncatedCountsOnlyTheSamplesKept) {
+  const std::string dir = test::temp_dir("prepare_truncated_count");
+  write_file(dir + "/a.jsonl",
+             R"({"instruction": "Read this long question about cats and dogs and birds and fish and more.", "input": "", "output": "No."})"
+             "\n"
+             R"({"instruction": "Hi.", "input": "", "output": "Cats sleep a lot, and they also purr and purr and purr and purr."})"
+             "\n");
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o = chat_options(dir, dir + "/a.jsonl");
+  o.format = PrepareFormat::alpaca;
+  ASSERT_EQ(prepare_dataset(o, tok).num_documents, 2);
+  Shard s(dir + "/out/train-00000.bin");
+  const auto mask = s.loss_mask();
+  const int64_t second = static_cast<int64_t>(s.document_starts()[1]), total = s.num_tokens();
+  auto first_trained = [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      if (mask[i]) return i - begin;
+    return end - begin;
+  };
+  const int64_t answer_a = first_trained(0, second), answer_b = first_trained(second, total);
+  ASSERT_LT(answer_b + 1, answer_a) << "the second answer must start well before the first";
+  ASSERT_LT(answer_a, total - second) << "the second sample must outlast the limit";
+  o.max_seq_len = answer_a;  // A: cut before its answer, dropped; B: cut inside its answer, kept
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 1);
+  EXPECT_EQ(r.dropped_no_target, 1);
+  EXPECT_EQ(r.truncated, 1);
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(dir + "/out/meta.json")).at("truncated"), 1);
+}
+
 TEST(PrepareChat, BadInputNamesFileLineAndProblem) {
   const std::string dir = test::temp_dir("prepare_chat_bad");
   const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");

@@ -505,6 +505,11 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
             read_file(root + "/mid/checkpoint-8/model.safetensors"));
   EXPECT_EQ(read_file(root + "/straight/checkpoint-8/optimizer.safetensors"),
             read_file(root + "/mid/checkpoint-8/optimizer.safetensors"));
+  // A finished run resumed again has nothing to do, and its summary says where it stands (it said
+  // "done: 0 steps, final loss 0").
+  ASSERT_EQ(0, train(tiny_config(data, root + "/mid", 8, 4), "mid", "--resume", &out)) << out;
+  EXPECT_NE(out.find("nothing to do: the run already reached max_steps 8"), std::string::npos) << out;
+  EXPECT_NE(out.find("done: step 8 of 8\n"), std::string::npos) << out;
 }
 
 // A checkpoint written by a bf16 run on a GPU and resumed on the CPU (fp32): the log says the

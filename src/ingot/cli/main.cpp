@@ -49,8 +49,9 @@ int command_train(const std::string& config_path, const std::vector<std::string>
     std::raise(result.stopped_by);
     return 128 + result.stopped_by;
   }
-  std::cout << "done: " << result.steps << " steps, final loss " << result.final_loss;
-  if (result.final_val_loss >= 0) std::cout << ", val_loss " << result.final_val_loss;
+  std::cout << "done: step " << result.steps << " of " << config.max_steps;
+  if (result.final_loss) std::cout << ", final loss " << *result.final_loss;
+  if (result.final_val_loss) std::cout << ", val_loss " << *result.final_val_loss;
   std::cout << "\ncheckpoint: " << result.checkpoint_dir << "\nmetrics: " << (fs::path(config.output_dir) / "metrics.jsonl").string()
             << "\nplot: " << (fs::path(config.output_dir) / "loss.svg").string() << "\n";
   return 0;

@@ -399,6 +399,7 @@ class DocumentEncoder {
     }
     progress_.advance(doc.input_bytes);
     const int64_t limit = options_.max_seq_len;
+    bool truncated = false;
     if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) {
       if (options_.overflow == OverflowPolicy::drop) {
         ++report_.dropped;
@@ -409,7 +410,7 @@ class DocumentEncoder {
       ids.resize(limit);
       if (chat) mask.resize(limit);
       else ids.back() = tokenizer_.eos_id();
-      ++report_.truncated;
+      truncated = true;
     }
     const int64_t trained =
         chat ? std::count(mask.begin(), mask.end(), 1) : static_cast<int64_t>(ids.size());
@@ -418,6 +419,7 @@ class DocumentEncoder {
       return;
     }
     sink_.add(ids, mask);
+    report_.truncated += truncated;  // only what went into the shards: a dropped sample is "dropped"
     ++report_.num_documents;
     report_.num_tokens += static_cast<int64_t>(ids.size());
     report_.trained_tokens += trained;

@@ -555,6 +555,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   while (!in_flight.empty()) finish_oldest();
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
   const int64_t reached = std::max(result.steps, start_step);
+  result.steps = reached;
   if (stop.received() && reached < c.max_steps) {
     result.stopped_by = stop.received();
     log << "stopped by " << signal_name(result.stopped_by) << " after step " << reached << " of " << c.max_steps;

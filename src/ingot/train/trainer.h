@@ -3,6 +3,7 @@
 #pragma once
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ingot/core/context.h"
@@ -17,8 +18,9 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  int64_t steps = 0;
-  double final_loss = 0, final_val_loss = -1;  // -1: no validation data
+  int64_t steps = 0;  // the step the run reached (with nothing to do: its checkpoint's)
+  // Of this invocation's last step with a loss and its last evaluation; none when it had none.
+  std::optional<double> final_loss, final_val_loss;
   std::string checkpoint_dir;
   int stopped_by = 0;  // SIGINT or SIGTERM when one ended the run before max_steps (StopSignals)
 };
