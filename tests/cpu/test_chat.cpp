@@ -308,6 +308,19 @@ TEST(PrepareChat, TruncatedCountsOnlyTheSamplesKept) {
   EXPECT_EQ(nlohmann::json::parse(test::read_file(dir + "/out/meta.json")).at("truncated"), 1);
 }
 
+// A template from another model family than the tokenizer: its control tokens would be split into
+// plain text and trained as such, and a model trained on it never learns to stop.
+TEST(PrepareChat, TemplateWhoseControlTokensTheTokenizerLacksIsRefused) {
+  const std::string dir = test::temp_dir("prepare_chat_mismatch");
+  write_file(dir + "/chat.jsonl", kChatLines);
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.chat_template = fixtures() + "/chatml_default";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("(chatml) writes <|im_start|>, which tokenizer"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir + "/out/train-00000.bin"));
+}
+
 TEST(PrepareChat, BadInputNamesFileLineAndProblem) {
   const std::string dir = test::temp_dir("prepare_chat_bad");
   const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");

@@ -217,6 +217,14 @@ std::string ChatFormat::name() const {
   return think_blocks ? "chatml-qwen3" : "chatml";
 }
 
+std::vector<std::string> ChatFormat::control_tokens() const {
+  std::vector<std::string> tokens;
+  if (kind == ChatFormatKind::llama3) tokens = {"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+  else tokens = {"<|im_start|>", "<|im_end|>"};
+  if (!bos_token.empty()) tokens.push_back(bos_token);
+  return tokens;
+}
+
 ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& bos_token,
                                      const std::string& source) {
   ChatFormat f;

@@ -47,6 +47,9 @@ struct ChatFormat {
   std::string default_system;  // chatml: system content used when none is given ("" for none)
   bool think_blocks = false;   // chatml: Qwen3 reasoning handling
   std::string name() const;    // "llama3", "chatml", "chatml-qwen3"
+  // The control tokens the rendering writes (bos_token included when set): each must be one
+  // token of the tokenizer, or the text would be trained as plain characters.
+  std::vector<std::string> control_tokens() const;
 };
 
 // Detects the format of a Jinja chat template. bos_token: the tokenizer's bos_token ("" when

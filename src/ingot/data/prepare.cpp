@@ -507,6 +507,12 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(!options.chat_template.empty(), "prepare: format ", name,
                 " needs the model's tokenizer_config.json for its chat template (--chat-template)");
     format = load_chat_format(options.chat_template);
+    const auto& bpe = static_cast<const BpeTokenizer&>(tokenizer);
+    for (const std::string& token : format->control_tokens())
+      if (bpe.token_to_id(token) < 0)
+        fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
+             ", which tokenizer ", tokenizer.name(), " has no token for: it would be trained as plain text; use the "
+             "tokenizer.json and tokenizer_config.json of the same model");
   } else {
     INGOT_CHECK(tokenizer.eos_id() >= 0, "prepare: the tokenizer has no end-of-text token to "
                                          "separate documents (eos_token in tokenizer_config.json)");
