@@ -61,6 +61,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.initializer_range, b.initializer_range);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
+  EXPECT_EQ(a.eos_token_ids, b.eos_token_ids);
   EXPECT_EQ(a.torch_dtype, b.torch_dtype);
 }
 
@@ -192,7 +193,8 @@ TEST(ModelConfig, RoundTripThroughJson) {
                             {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.5},
                                               {"high_freq_factor", 4.25}, {"original_max_position_embeddings", 8192}}}}),
       kSource);
-  ModelConfig qwen2 = parse_model_config(config_text("qwen2", {{"num_key_value_heads", 1}, {"torch_dtype", "float32"}}), kSource);
+  ModelConfig qwen2 = parse_model_config(
+      config_text("qwen2", {{"num_key_value_heads", 1}, {"torch_dtype", "float32"}, {"eos_token_id", {5, 3, 4}}}), kSource);
   ModelConfig qwen3 = parse_model_config(config_text("qwen3", {{"head_dim", 32}, {"attention_bias", false}}), kSource);
   for (const ModelConfig* c : {&llama, &qwen2, &qwen3}) {
     const std::string text = model_config_to_json(*c);
@@ -210,6 +212,20 @@ TEST(ModelConfig, RoundTripThroughJson) {
   EXPECT_EQ(nlohmann::json::parse(model_config_to_json(qwen2))["architectures"][0], "Qwen2ForCausalLM");
   EXPECT_EQ(nlohmann::json::parse(model_config_to_json(qwen3))["architectures"][0], "Qwen3ForCausalLM");
   EXPECT_TRUE(nlohmann::json::parse(model_config_to_json(qwen3))["rope_scaling"].is_null());
+  // A list of end ids stays a list (Llama 3 Instruct stops on eot as well as end of text; it was
+  // written back as its first id).
+  EXPECT_EQ(nlohmann::json::parse(model_config_to_json(qwen2))["eos_token_id"], nlohmann::json({5, 3, 4}));
+  EXPECT_EQ(qwen2.eos_token_id, 5);
+  EXPECT_EQ(j["eos_token_id"], 2);
+  // Sliding windows written as off in every way transformers reads them: Qwen2Config and
+  // Qwen3Config default sliding_window to 4096, and 4.49-4.51 masked with it regardless.
+  for (const ModelConfig* c : {&qwen2, &qwen3}) {
+    const auto q = nlohmann::json::parse(model_config_to_json(*c));
+    EXPECT_EQ(q["use_sliding_window"], false);
+    EXPECT_TRUE(q.contains("sliding_window") && q["sliding_window"].is_null()) << q.dump();
+    EXPECT_EQ(q["max_window_layers"], c->num_hidden_layers);
+  }
+  EXPECT_FALSE(j.contains("sliding_window"));
 }
 
 TEST(ModelConfig, LoadFromDirectoryOrFile) {
@@ -314,6 +330,8 @@ TEST(ModelConfig, ErrorBadValues) {
   expect_parse_error(config_text("qwen3", {{"head_dim", 15}}), {"head_dim", "15", kSource});
   expect_parse_error(config_text("llama", {{"tie_word_embeddings", "yes"}}), {"tie_word_embeddings", kSource});
   expect_parse_error(config_text("llama", {{"eos_token_id", 1000}}), {"eos_token_id", "1000", kSource});
+  expect_parse_error(config_text("llama", {{"eos_token_id", {2, 1000}}}), {"eos_token_id", "1000", kSource});
+  expect_parse_error(config_text("llama", {{"eos_token_id", {2, nullptr}}}), {"eos_token_id", "list of integers", kSource});
   expect_parse_error(config_text("llama", {{"num_attention_heads", 3}, {"num_key_value_heads", 1}}),
                      {"hidden_size (64)", "num_attention_heads (3)", kSource});
   expect_parse_error("[1, 2]", {kSource, "object"});

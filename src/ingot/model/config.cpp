@@ -146,7 +146,8 @@ const std::vector<std::string>& model_config_keys() {
       "model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
       "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "initializer_range",
       "tie_word_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rope_parameters", "bos_token_id",
-      "eos_token_id", "dtype", "torch_dtype", "hidden_act", "mlp_bias", "use_sliding_window", "layer_types",
+      "eos_token_id", "dtype", "torch_dtype", "hidden_act", "mlp_bias", "use_sliding_window", "sliding_window",
+      "max_window_layers", "layer_types",
       "attention_dropout", "partial_rotary_factor", "architectures", "use_cache"};
   return keys;
 }
@@ -206,10 +207,12 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   config.bos_token_id = fields.get_int("bos_token_id", -1);
   if (const json* eos = fields.find("eos_token_id"); eos && eos->is_array()) {
     // Generation may stop on several ids; training needs one, the first (the primary EOS).
-    const json first = eos->empty() ? json() : (*eos)[0];
-    if (!first.is_null() && !first.is_number_integer())
-      fail("key \"eos_token_id\" in ", source, " must be an integer or a list of integers, got ", json_brief(*eos));
-    config.eos_token_id = first.is_null() ? -1 : first.get<int64_t>();
+    for (const json& id : *eos) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0)
+        fail("key \"eos_token_id\" in ", source, " must be an integer or a list of integers, got ", json_brief(*eos));
+      config.eos_token_ids.push_back(id.get<int64_t>());
+    }
+    config.eos_token_id = config.eos_token_ids.empty() ? -1 : config.eos_token_ids[0];
   } else {
     config.eos_token_id = fields.get_int("eos_token_id", -1);
   }
@@ -254,6 +257,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     fail("key \"bos_token_id\" in ", source, " is ", config.bos_token_id, ", outside the vocabulary of ", config.vocab_size);
   if (config.eos_token_id < -1 || config.eos_token_id >= config.vocab_size)
     fail("key \"eos_token_id\" in ", source, " is ", config.eos_token_id, ", outside the vocabulary of ", config.vocab_size);
+  for (const int64_t id : config.eos_token_ids)
+    if (id >= config.vocab_size)
+      fail("key \"eos_token_id\" in ", source, " holds ", id, ", outside the vocabulary of ", config.vocab_size);
   return config;
 }
 
@@ -292,12 +298,20 @@ std::string model_config_to_json(const ModelConfig& c) {
   out["tie_word_embeddings"] = c.tie_word_embeddings;
   out["attention_bias"] = c.attention_bias;
   if (c.architecture == Architecture::llama) out["mlp_bias"] = false;
-  if (c.architecture != Architecture::llama) out["use_sliding_window"] = false;
+  if (c.architecture != Architecture::llama) {
+    // Explicitly off: Qwen2Config/Qwen3Config default sliding_window to 4096, and transformers
+    // 4.49-4.51 build their mask from it whatever use_sliding_window says.
+    out["use_sliding_window"] = false;
+    out["sliding_window"] = nullptr;
+    out["max_window_layers"] = c.num_hidden_layers;
+  }
   out["attention_dropout"] = 0.0;
   out["initializer_range"] = c.initializer_range;
   // null, not absent: LlamaConfig would otherwise default bos/eos to 1/2.
   out["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
-  out["eos_token_id"] = c.eos_token_id >= 0 ? json(c.eos_token_id) : json(nullptr);
+  out["eos_token_id"] = !c.eos_token_ids.empty() ? json(c.eos_token_ids)
+                        : c.eos_token_id >= 0   ? json(c.eos_token_id)
+                                                : json(nullptr);
   out["use_cache"] = true;
   out["torch_dtype"] = c.torch_dtype;
   return out.dump(2) + "\n";

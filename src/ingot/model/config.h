@@ -37,6 +37,9 @@ struct ModelConfig {
   bool qk_norm = false;                // per-head RMSNorm on q and k (qwen3)
   double initializer_range = 0.02;     // std of the normal init when training from scratch
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: not set
+  // eos_token_id given as a list (Llama 3 Instruct: end of text, eom and eot): all of them, written
+  // back as read so that generation stops on each; eos_token_id is the first. Empty otherwise.
+  std::vector<int64_t> eos_token_ids;
   std::string torch_dtype = "bfloat16";          // as read; a written config.json names its own weights' dtype
 };
 
