@@ -107,6 +107,24 @@ TEST(Chat, ChatmlDefaultSystemMatchesTransformers) {
   check_fixture("chatml_default.json", tok, format, true);
 }
 
+// transformers >= 4.49 saves the template in chat_template.jinja beside a tokenizer_config.json
+// without one ("has no chat_template" before).
+TEST(Chat, TemplateFromChatTemplateJinja) {
+  const std::string dir = test::temp_dir("chat_jinja");
+  nlohmann::json config = read_json(fixtures() + "/llama3_tokenizer/tokenizer_config.json");
+  const std::string tmpl = config.at("chat_template").get<std::string>();
+  config.erase("chat_template");
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  std::ofstream(dir + "/chat_template.jinja") << tmpl;
+  const ChatFormat from_jinja = load_chat_format(dir);
+  const ChatFormat from_json = load_chat_format(fixtures() + "/llama3_tokenizer");
+  EXPECT_EQ(from_jinja.name(), "llama3");
+  EXPECT_EQ(from_jinja.bos_token, from_json.bos_token);
+  fs::remove(dir + "/chat_template.jinja");
+  const std::string msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find("has no chat_template, and there is no chat_template.jinja beside it"), std::string::npos) << msg;
+}
+
 TEST(Chat, UnknownTemplateNamesSupportedFormats) {
   std::string msg = error_of([] {
     chat_format_from_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",

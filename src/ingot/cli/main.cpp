@@ -174,7 +174,8 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   if (target.filename().empty()) target = target.parent_path();
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"})
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                             "generation_config.json"})
       if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, folder / name);
   };
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
@@ -200,9 +201,9 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
     // Keep the tokenizer beside the shards so training runs and checkpoints can carry it.
     const fs::path src = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path) / "tokenizer.json" : fs::path(tokenizer_path);
     fs::copy_file(src, fs::path(options.output_dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
-    const fs::path config = src.parent_path() / "tokenizer_config.json";
-    if (fs::exists(config))
-      fs::copy_file(config, fs::path(options.output_dir) / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+    for (const char* name : {"tokenizer_config.json", "chat_template.jinja"})
+      if (fs::exists(src.parent_path() / name))
+        fs::copy_file(src.parent_path() / name, fs::path(options.output_dir) / name, fs::copy_options::overwrite_existing);
   }
   return 0;
 }

@@ -3,6 +3,7 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -266,10 +267,18 @@ ChatFormat load_chat_format(const std::string& path) {
     fail("chat format: ", file.string(), " is not valid JSON: ", e.what());
   }
   const auto it = config.find("chat_template");
-  if (it == config.end() || it->is_null())
-    fail("chat format: ", file.string(), " has no chat_template (", kSupported, ")");
+  // transformers >= 4.49 saves the template beside it, in chat_template.jinja, and not in the json.
+  const fs::path jinja = file.parent_path() / "chat_template.jinja";
   std::string tmpl;
-  if (it->is_string()) {
+  if ((it == config.end() || it->is_null()) && fs::exists(jinja)) {
+    std::ifstream jinja_in(jinja, std::ios::binary);
+    tmpl.assign(std::istreambuf_iterator<char>(jinja_in), std::istreambuf_iterator<char>());
+    if (!jinja_in.good() && !jinja_in.eof()) fail("chat format: cannot read ", jinja.string());
+    if (tmpl.empty()) fail("chat format: ", jinja.string(), " is empty");
+  } else if (it == config.end() || it->is_null()) {
+    fail("chat format: ", file.string(), " has no chat_template, and there is no chat_template.jinja beside it (",
+         kSupported, ")");
+  } else if (it->is_string()) {
     tmpl = it->get<std::string>();
   } else if (it->is_array()) {  // named templates: [{"name": "default", "template": ...}, ...]
     for (const auto& t : *it)
