@@ -251,6 +251,9 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   EXPECT_LT(flops_of(packed), flops_of(whole)) << whole << packed;
   ASSERT_EQ(0, run_command(bench + " --packed-doc-len 8", &text)) << text;
   EXPECT_NE(text.find("packed rows: document lengths drawn with mean 8"), std::string::npos) << text;
+  // MFU is against the H100/H200 bf16 peak: not printed for a CPU run (0.01% before), null in JSON.
+  EXPECT_EQ(text.find("MFU"), std::string::npos) << text;
+  EXPECT_NE(whole.find("\"mfu\":null"), std::string::npos) << whole;
   // --seq 64 is past the config's 32 positions: timed all the same, with a warning (as `ingot train` gives).
   EXPECT_NE(text.find("warning: --seq 64 is above max_position_embeddings 32 of " + root + "/tiny"), std::string::npos)
       << text;
