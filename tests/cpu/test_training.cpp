@@ -143,6 +143,11 @@ TEST_F(Training, SequenceLongerThanTheModelsContextWarns) {
   ASSERT_EQ(0, train(config, "long", "--overwrite", &out)) << out;
   for (const char* needle : {"warning: ", "long.yaml", "sequence_len 16 is above max_position_embeddings 8 (model_config)"})
     EXPECT_NE(out.find(needle), std::string::npos) << needle << "\n" << out;
+  // A value from --set is blamed on the flag, not the file. And an output_dir spelled with a
+  // trailing slash still titles loss.svg with the run's name (it was "loss: ").
+  ASSERT_EQ(0, train(config, "long", "--overwrite --set sequence_len=12 --set output_dir=" + root + "/long/", &out)) << out;
+  EXPECT_NE(out.find("warning: --set sequence_len=12: sequence_len 12 is above"), std::string::npos) << out;
+  EXPECT_NE(read_file(root + "/long/loss.svg").find(">loss: long</text>"), std::string::npos);
 }
 
 TEST_F(Training, ElementwiseRecomputeGivesIdenticalBits) {

@@ -141,7 +141,8 @@ class ShardSink {
     report_.shards.push_back({fs::path(writer_->path()).filename().string(), writer_->num_tokens(),
                               writer_->num_documents()});
     if (options_.log)
-      *options_.log << "prepare: wrote " << writer_->path() << " (" << writer_->num_tokens()
+      // The file's name alone: it is written in the staging folder, and moved when all is done.
+      *options_.log << "prepare: wrote " << fs::path(writer_->path()).filename().string() << " (" << writer_->num_tokens()
                     << " tokens, " << writer_->num_documents() << " documents)\n";
     writer_.reset();
   }

@@ -72,8 +72,10 @@ void MetricsLog::append(const MetricsRecord& record) {
 }
 
 void MetricsLog::write_plot() const {
-  io::write_file_atomically((fs::path(dir_) / "loss.svg").string(),
-                            loss_curve_svg(records_, fs::path(dir_).filename().string()));
+  // The run's folder name: "runs/x/" and "." name it too.
+  fs::path name = fs::absolute(dir_).lexically_normal();
+  if (name.filename().empty()) name = name.parent_path();
+  io::write_file_atomically((fs::path(dir_) / "loss.svg").string(), loss_curve_svg(records_, name.filename().string()));
 }
 
 std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std::string& title) {

@@ -343,7 +343,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
   for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
     log << "warning: " << c.source << ": " << warning << "\n";
   if (T > model_config.max_position_embeddings)
-    log << "warning: " << c.source << ": sequence_len " << T << " is above max_position_embeddings "
+    log << "warning: " << c.source_of({"sequence_len"}) << ": sequence_len " << T << " is above max_position_embeddings "
         << model_config.max_position_embeddings << " ("
         << (c.model.empty() ? std::string("model_config") : (fs::path(c.model) / "config.json").string())
         << "): RoPE reaches past it, but a pretrained model has not seen those positions, and an export's "
