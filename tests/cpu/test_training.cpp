@@ -787,6 +787,11 @@ TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 40 --top-k 0 "
                                    "--temperature 1 --seed 1", &out)) << out;
   EXPECT_EQ(0u, out.find("the ")) << out;
+  // A prompt past the context is cut to its last max_position_embeddings tokens, with a word.
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt '" + std::string(70, 'a') +
+                               "' --max-new-tokens 2 --temperature 0", &out)) << out;
+  EXPECT_NE(out.find("warning: the prompt is 70 tokens, above max_position_embeddings 64 of " + root + "/padded"),
+            std::string::npos) << out;
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

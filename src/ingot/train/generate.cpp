@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numeric>
+#include <iostream>
 #include <ostream>
 
 #include "ingot/core/error.h"
@@ -76,6 +77,10 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   if (tokens.empty()) tokens.push_back(tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : 0);
   const int64_t context = std::min<int64_t>(config.max_position_embeddings,
                                             static_cast<int64_t>(tokens.size()) + o.max_new_tokens);
+  if (static_cast<int64_t>(tokens.size()) > config.max_position_embeddings)
+    std::cerr << "warning: the prompt is " << tokens.size() << " tokens, above max_position_embeddings "
+              << config.max_position_embeddings << " of " << dir << ": the model sees only its last "
+              << config.max_position_embeddings << "\n";
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
   // Sampling needs no optimizer: on CUDA the bf16 weights alone, without f32 master copies.
