@@ -1,6 +1,7 @@
 // TrainConfig parsing: defaults, types, overrides, suggestions, and docs/config.md completeness.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -387,14 +388,21 @@ TEST(LrSchedule, MatchesHuggingFaceShapes) {
   EXPECT_DOUBLE_EQ(s.at(10), 1.0);
   EXPECT_NEAR(s.at(60), 0.5, 1e-12);
   EXPECT_NEAR(s.at(110), 0.0, 1e-12);
+  // A quarter of the way: the cosine's value, not the midpoint where it meets the linear ramp.
+  EXPECT_NEAR(s.at(35), 0.5 * (1 + std::cos(M_PI / 4)), 1e-12);  // 0.8536 (linear: 0.75)
+  EXPECT_NEAR(s.at(85), 0.5 * (1 + std::cos(3 * M_PI / 4)), 1e-12);
   s.type = "linear";
   EXPECT_NEAR(s.at(60), 0.5, 1e-12);
+  EXPECT_NEAR(s.at(35), 0.75, 1e-12);
   s.type = "constant";
   EXPECT_DOUBLE_EQ(s.at(100), 1.0);
   s.type = "wsd";
   s.decay_ratio = 0.2;  // decays over the last 22 steps
   EXPECT_DOUBLE_EQ(s.at(80), 1.0);
   EXPECT_NEAR(s.at(99), 0.5, 1e-12);
+  EXPECT_NEAR(s.at(93), 17.0 / 22.0, 1e-12);
   s.min_lr_ratio = 0.1;
   EXPECT_NEAR(s.at(110), 0.1, 1e-12);
+  s.type = "cosine";  // cosine with a floor: HF's cosine_with_min_lr
+  EXPECT_NEAR(s.at(35), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI / 4)), 1e-12);
 }
