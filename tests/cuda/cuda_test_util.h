@@ -19,6 +19,7 @@
 #include "ingot/core/error.h"
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/device.h"
+#include "skip_or_fail.h"
 
 namespace ingot::test {
 
@@ -141,7 +142,7 @@ class CudaFixture : public ::testing::Test {
     state_ = nullptr;
   }
   void SetUp() override {
-    if (!state_) GTEST_SKIP() << "no CUDA device";
+    if (!state_) INGOT_SKIP_OR_FAIL("no CUDA device");
     gpu.device = Device::cuda;
     gpu.cuda = state_;
     cpu.device = Device::cpu;

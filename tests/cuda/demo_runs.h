@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "skip_or_fail.h"
 #include "test_util.h"
 
 namespace ingot::test {

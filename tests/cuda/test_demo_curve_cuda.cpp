@@ -101,7 +101,7 @@ class CudaDemoCurve : public ::testing::Test {
     runs_ = nullptr;
   }
   void SetUp() override {
-    if (!runs_->skip_reason.empty()) GTEST_SKIP() << runs_->skip_reason;
+    if (!runs_->skip_reason.empty()) INGOT_SKIP_OR_FAIL(runs_->skip_reason);
     ASSERT_TRUE(runs_->ok) << "a training run failed (its command and output are printed above)";
   }
 };

@@ -36,11 +36,11 @@ int generate(const std::string& model_dir, const std::string& flags, std::string
 }  // namespace
 
 TEST(CudaGenerate, GreedyFollowsTheCpuAndSamplingRepeats) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const std::string root = test::temp_dir("CudaGenerate");
   std::string skip, error, out;
   const std::string data = test::demo_shards(root, &skip, &error);
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  if (!skip.empty()) INGOT_SKIP_OR_FAIL(skip);
   ASSERT_FALSE(data.empty()) << error;
   const std::string run = root + "/run";
   ASSERT_EQ(0, test::train_demo(data, run, " --set device=cuda --set precision=bf16 --set max_steps=" +

@@ -14,7 +14,7 @@
 using namespace ingot;
 
 TEST(CudaLinearResidual, MatchesCpu) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const int64_t N = 300, I = 256, O = 192;
   std::vector<float> in(N * I), w(O * I), res(N * O);
   test::fill_normal(in, test::test_seed(11));

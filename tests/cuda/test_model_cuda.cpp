@@ -23,7 +23,7 @@ using namespace ingot;
 class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaHfFixture, MatchesTransformers) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const std::string dir = test::source_dir() + "/tests/fixtures/" + GetParam();
   const ModelConfig config = load_model_config(dir);
   const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
@@ -59,7 +59,7 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
 INSTANTIATE_TEST_SUITE_P(Architectures, CudaHfFixture, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(CudaPackingEquivalence, PackedRowEqualsDocumentsAlone) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const std::string dir = test::source_dir() + "/tests/fixtures/llama";
   const ModelConfig config = load_model_config(dir);
   const int64_t T = 24, len_a = 9, len_b = 11;  // two documents, then padding

@@ -576,6 +576,24 @@ TEST_F(CudaOps, CrossEntropy) {
   }
 }
 
+// A NaN logit makes the row's loss NaN, as on the CPU, wherever it sits. A thread whose first
+// chunk was all NaN took it for an empty chunk: the loss stayed finite while dlogits were NaN.
+TEST_F(CudaOps, CrossEntropyNanLogitGivesNanLoss) {
+  const int64_t N = 4, V = 4096;
+  Floats logits = randn(N * V, 82, 1.0);
+  for (int64_t j = 0; j < 8; ++j) logits[0 * V + j] = NAN;  // row 0: thread 0's whole first 16-byte chunk
+  logits[1 * V + 0] = NAN;                                   // row 1: one NaN at the start
+  logits[2 * V + V - 1] = NAN;                               // row 2: one NaN at the end
+  const std::vector<int32_t> targets = {5, 6, 7, 8};
+  for (const DType dtype : {DType::bf16, DType::f32}) {  // f32 rows: 16-byte chunks of 4
+    Tensor gl = upload(logits, dtype, {N, V}), gloss = poisoned(DType::f32, {N});
+    ops::cross_entropy(gpu, gloss, Tensor{}, gl, upload_i32(targets, {N}), 1.0);
+    const Floats loss = download(gloss);
+    for (int64_t n = 0; n < 3; ++n) EXPECT_TRUE(std::isnan(loss[n])) << "row " << n << ": " << loss[n];
+    EXPECT_TRUE(std::isfinite(loss[3])) << loss[3];
+  }
+}
+
 // ---- optimizer --------------------------------------------------------------------------------
 
 using Runs = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) element ranges that decay
@@ -610,6 +628,18 @@ std::vector<int64_t> flat_runs(const Runs& runs) {
   flat.push_back(-1);
   flat.push_back(-1);
   return flat;
+}
+
+// The bits of a bf16 tensor's bytes, and how many of two such differ.
+std::vector<uint16_t> bf16_bits(const std::vector<uint8_t>& bytes) {
+  std::vector<uint16_t> bits(bytes.size() / 2);
+  std::memcpy(bits.data(), bytes.data(), bytes.size());
+  return bits;
+}
+int64_t differing(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  int64_t count = 0;
+  for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
+  return count;
 }
 
 // adamw_step against its CPU twin (which the CPU tests hold to torch's formula), from random m and
@@ -677,6 +707,14 @@ TEST_F(CudaOps, AdamW) {
         EXPECT_TRUE(close(download(gp), values_of(cp), param_tol, what + " param" + tag));
         EXPECT_TRUE(close(download(gm), values_of(cm), state_tol, what + " m" + tag));
         EXPECT_TRUE(close(download(gv), values_of(cv), state_tol, what + " v" + tag));
+        // bf16 outputs also bit for bit, but where the two sides' f32 results differ in a last bit
+        // across a rounding midpoint (about 2^-16 an element): one step moves a value by less than
+        // the bf16 tolerance, so a missed store or a wrong decay passed the check above.
+        if constexpr (std::is_same_v<Params, HostBf16>) EXPECT_LE(differing(bf16_bits(download_bytes(gp)), cp.v), 2) << what << " param" << tag;
+        if constexpr (std::is_same_v<State, HostBf16>) {
+          EXPECT_LE(differing(bf16_bits(download_bytes(gm)), cm.v), 2) << what << " m" << tag;
+          EXPECT_LE(differing(bf16_bits(download_bytes(gv)), cv.v), 2) << what << " v" << tag;
+        }
         check_scalars(gs, cs.v, what + " scalars" + tag);
       };
       without_master(std::type_identity<HostF32>{}, std::type_identity<HostF32>{}, "adamw all-f32");
@@ -706,17 +744,6 @@ TEST_F(CudaOps, AdamWStochasticRoundingMatchesCpu) {
     h.constants.stochastic_rounding = true;
     h.constants.rounding_seed = 1234;
     const std::vector<double> s0 = adamw_scalars(h);
-    auto bits_of = [&](const Tensor& t) {
-      const std::vector<uint8_t> bytes = download_bytes(t);
-      std::vector<uint16_t> b(bytes.size() / 2);
-      std::memcpy(b.data(), bytes.data(), bytes.size());
-      return b;
-    };
-    auto differing = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
-      int64_t count = 0;
-      for (size_t i = 0; i < a.size(); ++i) count += a[i] != b[i];
-      return count;
-    };
     for (const bool bf16_state : {true, false}) {
       const std::string tag = " n=" + std::to_string(n) + (bf16_state ? " all-bf16" : " bf16 params, f32 moments");
       const DType sd = bf16_state ? DType::bf16 : DType::f32;
@@ -733,10 +760,10 @@ TEST_F(CudaOps, AdamWStochasticRoundingMatchesCpu) {
         Tensor gp = upload(p, DType::bf16, {n}), gg = upload(g, DType::bf16, {n});
         Tensor gm = upload(m, sd, {n}), gv = upload(v, sd, {n}), gs = upload_f64(s0, {ops::kAdamWSlots});
         ops::adamw_step(gpu, gp, gg, gm, gv, Tensor{}, gruns, gs, c);
-        device_bits.push_back(bits_of(gp));
+        device_bits.push_back(bf16_bits(download_bytes(gp)));
         if (bf16_state) {
-          device_bits.push_back(bits_of(gm));
-          device_bits.push_back(bits_of(gv));
+          device_bits.push_back(bf16_bits(download_bytes(gm)));
+          device_bits.push_back(bf16_bits(download_bytes(gv)));
         } else if (stochastic) {  // f32 moments: no rounding, as on the CPU
           EXPECT_TRUE(close(download(gm), cm_f.v, kTolF32, "adamw stochastic m" + tag));
           EXPECT_TRUE(close(download(gv), cv_f.v, kTolF32, "adamw stochastic v" + tag));
@@ -763,7 +790,7 @@ TEST_F(CudaOps, AdamWStochasticRoundingMatchesCpu) {
     const Floats master_after = download(gmaster);
     std::vector<uint16_t> nearest(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) nearest[size_t(i)] = f32_to_bf16(master_after[size_t(i)]);
-    EXPECT_EQ(differing(bits_of(gp), nearest), 0) << "n=" << n << ": params with a master copy";
+    EXPECT_EQ(differing(bf16_bits(download_bytes(gp)), nearest), 0) << "n=" << n << ": params with a master copy";
   }
 }
 

@@ -32,12 +32,12 @@ class CudaResume : public ::testing::TestWithParam<ResumeCase> {};
 constexpr int kSteps = 24, kMid = 12;
 
 TEST_P(CudaResume, RepeatsTheUninterruptedRunBitForBit) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const ResumeCase& c = GetParam();
   const std::string root = test::temp_dir(std::string("CudaResume_") + c.name);
   std::string skip, error, out;
   const std::string data = test::demo_shards(root, &skip, &error);
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  if (!skip.empty()) INGOT_SKIP_OR_FAIL(skip);
   ASSERT_FALSE(data.empty()) << error;
   const std::string recipe = std::string(" --set device=cuda --set precision=bf16 --set max_steps=") +
                              std::to_string(kSteps) + " " + c.options;
@@ -68,11 +68,11 @@ TEST_P(CudaResume, RepeatsTheUninterruptedRunBitForBit) {
 // SIGTERM in the middle of a CUDA run, where two steps are in flight when it lands: the run
 // finishes them, saves at the last, exits 143, and --resume ends with the uninterrupted run's bits.
 TEST(CudaStopSignal, ResumedRunRepeatsTheUninterruptedRunBitForBit) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const std::string root = test::temp_dir("CudaStopSignal");
   std::string skip, error, out;
   const std::string data = test::demo_shards(root, &skip, &error);
-  if (!skip.empty()) GTEST_SKIP() << skip;
+  if (!skip.empty()) INGOT_SKIP_OR_FAIL(skip);
   ASSERT_FALSE(data.empty()) << error;
   constexpr int kDemoSteps = 1200;  // examples/demo.yaml's max_steps: ~6 s here, the signal lands near step 100
   const std::string options = " --set device=cuda --set precision=bf16";

@@ -50,7 +50,7 @@ std::string config_yaml(const std::string& data, const std::string& out) {
 }
 
 TEST(CudaSft, PackedChatFollowsCpuAndRepeats) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const std::string tokenizer = test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json";
   const std::string root = test::temp_dir("CudaSft");
   {

@@ -90,7 +90,7 @@ void expect_identical(const RunResult& a, const RunResult& b, const char* what) 
 
 
 TEST(CudaTrainStep, GraphReplayAndRecomputeMatchEagerBitwise) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const RunResult eager = run(false, Recompute::none);
   const RunResult graph = run(true, Recompute::none);
   const RunResult graph_recompute = run(true, Recompute::block);
@@ -117,7 +117,7 @@ TEST(CudaTrainStep, GraphReplayAndRecomputeMatchEagerBitwise) {
 // repeats the eager run bit for bit. Llama, Qwen3 (qk-norm weight gradients) and Qwen2 (bias
 // gradients).
 TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   const RecipeOptions pure_bf16{false, "bf16", "bf16"};
   for (const std::string model_type : {"llama", "qwen3", "qwen2"}) {
     SCOPED_TRACE(model_type);
@@ -145,7 +145,7 @@ TEST(CudaTrainStep, Bf16GradsAndStateTrainLikeTheDefaultRecipe) {
 // all, the plan keeps the whole workspace, shrinks it to the slice (the limit follows), drops it
 // for the tensor-core kernels, or leaves the refusal to check_memory_fits.
 TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN: no workspace to fit";
   test::CudaContext cuda_ctx;
   struct RestoreLimit {
@@ -224,7 +224,7 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
 // charges only scratch that will be allocated, names the kernels a fallback takes, and refuses what
 // no kernel takes before anything is allocated.
 TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
   test::CudaContext cuda_ctx;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -286,7 +286,7 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
 // The engine switches stop a run before its first step when misspelt (they used to measure the
 // default quietly): the attention ones in the memory plan, INGOT_GEMM_TUNE when the CUDA state is made.
 TEST(CudaMemoryPlan, MisspeltEngineSwitchesStopTheRun) {
-  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
   test::CudaContext cuda_ctx;
   TrainingMemory m;  // a plan that fits: only the switches can stop it
   m.attention = {1, 256, 32, 8, 64, false};

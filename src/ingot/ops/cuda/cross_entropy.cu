@@ -18,10 +18,14 @@ namespace {
 
 constexpr int kThreads = 512;
 
-// (m, s) represents s * exp(m); merging rescales the smaller-max side. -inf maxima stay exact.
+// (m, s) represents s * exp(m); merging rescales the smaller-max side. -inf maxima stay exact. A
+// NaN is carried in s: fmaxf drops a NaN maximum, so an all-NaN side looks empty by its m alone.
 __device__ __forceinline__ void merge_max_sum(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
-  if (mx == -INFINITY) return;  // both empty
+  if (mx == -INFINITY) {  // both empty (0 + 0), or one of them all NaN (its s is NaN)
+    s += s2;
+    return;
+  }
   s = s * expf(m - mx) + s2 * expf(m2 - mx);
   m = mx;
 }
