@@ -112,6 +112,10 @@ TEST(BpeTokenizerParity, TrainedLlama3Qwen2Gpt2MatchHfTokenizers) {
   const json* data = parity_data(&why);
   if (!data) {
     if (why.rfind("FAILED:", 0) == 0) FAIL() << "tools/tokenizer_parity.py failed: " << why;
+    // CI (.ci/run) sets INGOT_REQUIRE_REFERENCES=1: there `make deps` installs `tokenizers`, and
+    // this test is the encoder's only independent reference, so a failed install must not pass.
+    if (const char* required = std::getenv("INGOT_REQUIRE_REFERENCES"); required && std::string(required) == "1")
+      FAIL() << why << " (INGOT_REQUIRE_REFERENCES=1)";
     GTEST_SKIP() << why;
   }
   int configs = 0;
@@ -168,9 +172,9 @@ TEST(BpeTokenizer, Qwen3VocabSpecialTokensAndEos) {
   EXPECT_THROW(tok.decode(std::vector<int32_t>{151669}), Error);
 }
 
-TEST(BpeTokenizer, Qwen3EncodeBatchIsDeterministicAcrossThreads) {
-  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir();
-  BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir() + "/tokenizer.json");
+// The repository's Llama 3 fixture tokenizer, so that CI (no ../shared) runs these too.
+TEST(BpeTokenizer, EncodeBatchIsDeterministicAcrossThreads) {
+  BpeTokenizer tok = BpeTokenizer::from_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer");
   std::vector<std::string> docs;
   for (int i = 0; i < 200; ++i) {
     std::string d;
@@ -185,8 +189,7 @@ TEST(BpeTokenizer, Qwen3EncodeBatchIsDeterministicAcrossThreads) {
 }
 
 TEST(BpeTokenizer, InvalidUtf8IsAnError) {
-  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir();
-  BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir());
+  BpeTokenizer tok = BpeTokenizer::from_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer");
   try {
     tok.encode(std::string("ok \xC3\x28 bad"));
     FAIL() << "expected an error";
