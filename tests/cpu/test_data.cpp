@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "ingot/core/error.h"
@@ -318,6 +319,24 @@ TEST(DataLoader, ShuffleIsPinned) {
   // Recorded once from this implementation.
   const std::vector<int64_t> expected = {1, 7, 9, 0, 3, 8, 4, 2, 5, 6};
   EXPECT_EQ(order, expected) << ::testing::PrintToString(order);
+  // And the specification (docs/data-format.md), written out here: std::mt19937_64 seeded with
+  // seed + epoch (its stream is fixed by the C++ standard), Fisher-Yates from the last position
+  // down, position i swapped with one drawn uniformly from [0, i] by rejecting draws below
+  // 2^64 mod (i + 1).
+  for (const int64_t epoch : {0, 1, 2}) {
+    std::mt19937_64 rng(42 + epoch);
+    std::vector<int64_t> spec(10);
+    std::iota(spec.begin(), spec.end(), 0);
+    for (uint64_t i = spec.size() - 1; i > 0; --i) {
+      const uint64_t range = i + 1, biased_below = static_cast<uint64_t>((static_cast<unsigned __int128>(1) << 64) % range);
+      uint64_t draw = rng();
+      while (draw < biased_below) draw = rng();
+      std::swap(spec[i], spec[draw % range]);
+    }
+    std::vector<int64_t> got;
+    for (int64_t i = 0; i < loader.num_train_windows(); ++i) got.push_back(loader.train_window_at(epoch, i));
+    EXPECT_EQ(got, spec) << "epoch " << epoch;
+  }
 }
 
 TEST(DataLoader, EveryTrainWindowOncePerEpochAndDisjointFromValidation) {
