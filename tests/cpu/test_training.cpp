@@ -559,6 +559,18 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
                            "note: resume: train_on_inputs was false in the checkpoint, now true"})
     EXPECT_NE(out.find(note), std::string::npos) << note << "\n" << out;
   EXPECT_EQ(out.find("note: resume: micro_batch_size"), std::string::npos) << "compared with the newest checkpoint\n" << out;
+  // The attention backward's plan follows the GPU memory free at the start; another plan is named.
+  // (On the CPU the plan is empty: here the record says a GPU run sliced it.)
+  const std::string newest = root + "/run/checkpoint-6/trainer_state.json";
+  nlohmann::json sliced = nlohmann::json::parse(read_file(newest));
+  EXPECT_EQ(sliced.at("attention_plan"), "");
+  sliced["attention_plan"] = "attention backward on cuDNN in 2 calls";
+  std::ofstream(newest) << sliced.dump(2);
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 7, 0), "run",
+                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
+                     "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  EXPECT_NE(out.find("note: resume: the attention backward's plan was \"attention backward on cuDNN in 2 calls\" in the "
+                     "checkpoint's run and is \"one call, where cuDNN runs it\" now"), std::string::npos) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

@@ -219,8 +219,18 @@ nlohmann::json step_settings(const TrainConfig& c) {
 // What this run changes from the one that wrote the checkpoint it resumes, one line each for the
 // log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
 // no longer repeats an uninterrupted run, and the user should see that rather than find out.
-std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe) {
+std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe,
+                                        const std::string& attention_plan) {
   std::vector<std::string> changes;
+  // The attention backward's plan follows the GPU memory free at the start (one cuDNN call, slices,
+  // or Ingot's kernels), and the kernels give other bits than cuDNN. Recorded since 2026-12-01.
+  if (state.contains("attention_plan") && state["attention_plan"] != attention_plan) {
+    auto described = [](const std::string& plan) { return plan.empty() ? std::string("one call, where cuDNN runs it") : plan; };
+    changes.push_back("the attention backward's plan was \"" + described(state["attention_plan"].get<std::string>()) +
+                      "\" in the checkpoint's run and is \"" + described(attention_plan) +
+                      "\" now (the GPU's free memory differs): the run no longer repeats the uninterrupted one bit for bit "
+                      "(INGOT_ATTENTION_WORKSPACE_MIB pins the plan)");
+  }
   // "recipe" since checkpoints of 2026-11-30 (describe(): dtypes of gradients, moments, master
   // weights); older ones record only the precision.
   const bool has_recipe = state.contains("recipe");
@@ -385,7 +395,8 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
     loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
     log << "resumed from " << dir << " at step " << start_step << "\n";
-    for (const std::string& change : resume_changes(state, c, recipe)) log << "note: resume: " << change << "\n";
+    for (const std::string& change : resume_changes(state, c, recipe, workspace_note))
+      log << "note: resume: " << change << "\n";
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
 
@@ -439,6 +450,7 @@ TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std:
                               {"gradient_accumulation_steps", c.gradient_accumulation_steps},
                               {"config_source", c.source}};
     contents.trainer_state.update(step_settings(c));
+    contents.trainer_state["attention_plan"] = workspace_note;
     for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c),
                                                    c.save_total_limit))
       log << "warning: " << kept << "\n";
