@@ -402,3 +402,34 @@ TEST(PrepareChat, TextWithBpeTokenizerNamesInvalidUtf8Line) {
   EXPECT_NE(msg.find("in.txt:3"), std::string::npos) << msg;  // the document starting at line 3
   EXPECT_NE(msg.find("UTF-8"), std::string::npos) << msg;
 }
+
+// Text documents end with the tokenizer's eos_token, which for an instruct model's tokenizer is its
+// end of turn (this fixture's, like Llama 3 Instruct's, is <|eot_id|>); eos_token picks another.
+TEST(PrepareChat, TextDocumentsEndWithTheChosenEosToken) {
+  const std::string dir = test::temp_dir("prepare_text_eos");
+  write_file(dir + "/in.txt", "first doc\n%\nsecond\n");
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o;
+  o.inputs = {dir + "/in.txt"};
+  o.output_dir = dir + "/out";
+  o.doc_separator = "%";
+  o.overwrite = true;
+  auto last_tokens = [&] {
+    Shard s(dir + "/out/train-00000.bin");
+    std::vector<int32_t> tokens(s.num_tokens());
+    s.read_tokens(0, s.num_tokens(), tokens.data());
+    const int64_t second = static_cast<int64_t>(s.document_starts()[1]);
+    return std::pair{tokens[second - 1], tokens.back()};
+  };
+  prepare_dataset(o, tok);
+  EXPECT_EQ(last_tokens(), std::pair(tok.token_to_id("<|eot_id|>"), tok.token_to_id("<|eot_id|>")));
+  o.eos_token = "<|end_of_text|>";
+  prepare_dataset(o, tok);
+  const int32_t end_of_text = tok.token_to_id("<|end_of_text|>");
+  ASSERT_GE(end_of_text, 0);
+  EXPECT_EQ(last_tokens(), std::pair(end_of_text, end_of_text));
+  EXPECT_EQ(nlohmann::json::parse(test::read_file(dir + "/out/meta.json")).at("eos_id"), end_of_text);
+  o.eos_token = "<|no_such_token|>";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("eos_token \"<|no_such_token|>\" is not a token of"), std::string::npos) << msg;
+}

@@ -236,6 +236,8 @@ int main(int argc, char** argv) {
   prepare->add_option("-o,--output", prep.output_dir, "output directory for the shards")->required();
   prepare->add_option("--tokenizer", tokenizer_path, "\"byte\" (default), a tokenizer.json or the folder holding it");
   prepare->add_option("--doc-separator", prep.doc_separator, "plain text: a line that separates documents (e.g. %)");
+  prepare->add_option("--eos-token", prep.eos_token,
+                      "text: the token that ends each document (default: the tokenizer's eos_token)");
   prepare->add_option("--text-field", prep.text_field, "JSONL: the field holding the text (default: text)");
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");

@@ -335,11 +335,12 @@ struct PendingDocument {
 // drops them and hands them to the sink, in input order.
 class DocumentEncoder {
  public:
-  DocumentEncoder(const PrepareOptions& options, const Tokenizer& tokenizer,
+  DocumentEncoder(const PrepareOptions& options, const Tokenizer& tokenizer, int32_t eos_id,
                   const ChatFormat* format, ShardSink& sink, PrepareReport& report,
                   Progress& progress)
       : options_(options),
         tokenizer_(tokenizer),
+        eos_id_(eos_id),
         bpe_(dynamic_cast<const BpeTokenizer*>(&tokenizer)),
         format_(format),
         sink_(sink),
@@ -397,7 +398,7 @@ class DocumentEncoder {
       ids = std::move(out.tokens);
       mask = std::move(out.loss_mask);
     } else {
-      ids.push_back(tokenizer_.eos_id());
+      ids.push_back(eos_id_);
     }
     progress_.advance(doc.input_bytes);
     const int64_t limit = options_.max_seq_len;
@@ -411,7 +412,7 @@ class DocumentEncoder {
       // documents. (A chat sample is cut as it comes, as transformers' truncation cuts it.)
       ids.resize(limit);
       if (chat) mask.resize(limit);
-      else ids.back() = tokenizer_.eos_id();
+      else ids.back() = eos_id_;
       truncated = true;
     }
     const int64_t trained =
@@ -429,6 +430,7 @@ class DocumentEncoder {
 
   const PrepareOptions& options_;
   const Tokenizer& tokenizer_;
+  const int32_t eos_id_;  // ends each text document
   const BpeTokenizer* bpe_;
   const ChatFormat* format_;
   ShardSink& sink_;
@@ -515,10 +517,18 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
              ", which tokenizer ", tokenizer.name(), " has no token for: it would be trained as plain text; use the "
              "tokenizer.json and tokenizer_config.json of the same model");
-  } else {
-    INGOT_CHECK(tokenizer.eos_id() >= 0, "prepare: the tokenizer has no end-of-text token to "
-                                         "separate documents (eos_token in tokenizer_config.json)");
   }
+  int32_t eos_id = tokenizer.eos_id();
+  if (!options.eos_token.empty()) {
+    const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer);
+    INGOT_CHECK(!chat, "prepare: eos_token applies to text documents; a chat format ends turns with its own tokens");
+    INGOT_CHECK(bpe, "prepare: eos_token \"", options.eos_token, "\" needs a tokenizer.json tokenizer, not ", tokenizer.name());
+    eos_id = bpe->token_to_id(options.eos_token);
+    INGOT_CHECK(eos_id >= 0, "prepare: eos_token \"", options.eos_token, "\" is not a token of ", tokenizer.name());
+  }
+  if (!chat)
+    INGOT_CHECK(eos_id >= 0, "prepare: the tokenizer has no end-of-text token to separate documents (eos_token in "
+                             "tokenizer_config.json, or --eos-token)");
   const std::vector<InputFile> files = collect_inputs(options);
   const CreatedOutputDir created_output{options.output_dir, check_output(options)};
   StagingDir staging(options.output_dir, options.log);
@@ -536,7 +546,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   }
   Progress progress(options.log, options.progress_tty, total_bytes);
   ShardSink sink(staged, tokenizer, report, chat);
-  DocumentEncoder encoder(options, tokenizer, format ? &*format : nullptr, sink, report, progress);
+  DocumentEncoder encoder(options, tokenizer, eos_id, format ? &*format : nullptr, sink, report, progress);
   auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
     encoder.add({std::move(where), std::string(text), {}, {}, bytes});
   };
@@ -687,7 +697,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       {"format_version", kShardVersion},
       {"tokenizer", tokenizer.name()},
       {"vocab_size", tokenizer.vocab_size()},
-      {"eos_id", tokenizer.eos_id()},
+      {"eos_id", eos_id},
       {"token_width", shard_token_width_for_vocab(tokenizer.vocab_size())},
       {"num_tokens", report.num_tokens},
       {"num_documents", report.num_documents},

@@ -55,6 +55,9 @@ struct PrepareOptions {
   std::string output_dir;              // created if missing
   int64_t shard_tokens = 100'000'000;  // at most this many tokens per shard
   std::string doc_separator;        // plain text: separator line (e.g. "%"); empty: file = document
+  // Text documents: the token that ends each (e.g. "<|endoftext|>" with an instruct model's
+  // tokenizer, whose eos_token is its end of turn); empty: the tokenizer's eos_token.
+  std::string eos_token;
   std::string text_field = "text";  // JSONL: field holding the document text
   bool skip_invalid_json = false;   // JSONL: skip and count bad lines instead of failing
   bool overwrite = false;           // replace train-*.bin and meta.json already in output_dir
