@@ -9,6 +9,9 @@ Formats covered:
   llama3          a byte-level BPE tokenizer trained here with `tokenizers` on text written here,
                   with the Llama 3 special tokens and a Llama-3-style template written here; its
                   tokenizer.json / tokenizer_config.json are committed next to the fixtures
+  chatml          likewise a tokenizer trained here, with Qwen2's pre-tokenizer and NFC and the
+                  ChatML special tokens, under the chatml_default template: ChatML parity that
+                  CI can run (the two Qwen3 ones need ../shared)
 
 Each case stores the conversation (or an alpaca record), the ids, and `trained_texts`: for each
 assistant turn, the text from after the assistant header through the end-of-turn token, cut out of
@@ -16,7 +19,7 @@ the rendered string by its markers (an independent check of the loss mask).
 
 Usage (needs transformers, tokenizers, jinja2; no torch):
   python3 -m venv /tmp/cvenv && /tmp/cvenv/bin/pip install transformers tokenizers jinja2
-  /tmp/cvenv/bin/python tools/make_chat_fixtures.py
+  /tmp/cvenv/bin/python tools/make_chat_fixtures.py [--only llama3|qwen3|chatml]
 """
 import json
 import os
@@ -161,6 +164,36 @@ def write_json(path, obj):
         f.write("\n")
 
 
+def train_chatml_tokenizer(out_dir):
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+    # Qwen2's split: single digits, contractions, letters with one leading non-letter.
+    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(pattern), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
+    os.makedirs(out_dir, exist_ok=True)
+    tok.save(os.path.join(out_dir, "tokenizer.json"))
+    write_json(os.path.join(out_dir, "tokenizer_config.json"), {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 8192,
+        "chat_template": CHATML_DEFAULT_TEMPLATE,
+    })
+
+
 def train_llama3_tokenizer(out_dir):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -195,34 +228,45 @@ def main():
     import transformers
     from transformers import AutoTokenizer
 
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     os.makedirs(OUT, exist_ok=True)
     all_names = list(CONVERSATIONS) + list(ALPACA)
     versions = {"transformers": transformers.__version__}
 
-    llama_dir = os.path.join(OUT, "llama3_tokenizer")
-    train_llama3_tokenizer(llama_dir)
-    llama = AutoTokenizer.from_pretrained(llama_dir)
-    write_json(os.path.join(OUT, "llama3.json"), {
-        "generator": "tools/make_chat_fixtures.py", "versions": versions,
-        "tokenizer": "tests/fixtures/chat/llama3_tokenizer",
-        "cases": make_cases(llama, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", all_names)})
+    if only in (None, "chatml"):
+        chatml_dir = os.path.join(OUT, "chatml_tokenizer")
+        train_chatml_tokenizer(chatml_dir)
+        chatml = AutoTokenizer.from_pretrained(chatml_dir)
+        write_json(os.path.join(OUT, "chatml.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "tests/fixtures/chat/chatml_tokenizer",
+            "cases": make_cases(chatml, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+    if only in (None, "llama3"):
+        llama_dir = os.path.join(OUT, "llama3_tokenizer")
+        train_llama3_tokenizer(llama_dir)
+        llama = AutoTokenizer.from_pretrained(llama_dir)
+        write_json(os.path.join(OUT, "llama3.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "tests/fixtures/chat/llama3_tokenizer",
+            "cases": make_cases(llama, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", all_names)})
 
-    if not os.path.isdir(QWEN3):
-        sys.exit(f"missing {QWEN3}: the Qwen3 fixtures need the shared tokenizer")
-    qwen = AutoTokenizer.from_pretrained(QWEN3)
-    write_json(os.path.join(OUT, "qwen3.json"), {
-        "generator": "tools/make_chat_fixtures.py", "versions": versions,
-        "tokenizer": "../shared/data/tokenizers/qwen3",
-        "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+    if only in (None, "qwen3"):
+        if not os.path.isdir(QWEN3):
+            sys.exit(f"missing {QWEN3}: the Qwen3 fixtures need the shared tokenizer")
+        qwen = AutoTokenizer.from_pretrained(QWEN3)
+        write_json(os.path.join(OUT, "qwen3.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "../shared/data/tokenizers/qwen3",
+            "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
 
-    default_dir = os.path.join(OUT, "chatml_default")
-    os.makedirs(default_dir, exist_ok=True)
-    write_json(os.path.join(default_dir, "tokenizer_config.json"), {"chat_template": CHATML_DEFAULT_TEMPLATE})
-    qwen.chat_template = CHATML_DEFAULT_TEMPLATE
-    write_json(os.path.join(OUT, "chatml_default.json"), {
-        "generator": "tools/make_chat_fixtures.py", "versions": versions,
-        "tokenizer": "../shared/data/tokenizers/qwen3 with tests/fixtures/chat/chatml_default/tokenizer_config.json",
-        "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+        default_dir = os.path.join(OUT, "chatml_default")
+        os.makedirs(default_dir, exist_ok=True)
+        write_json(os.path.join(default_dir, "tokenizer_config.json"), {"chat_template": CHATML_DEFAULT_TEMPLATE})
+        qwen.chat_template = CHATML_DEFAULT_TEMPLATE
+        write_json(os.path.join(OUT, "chatml_default.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "../shared/data/tokenizers/qwen3 with tests/fixtures/chat/chatml_default/tokenizer_config.json",
+            "cases": make_cases(qwen, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
     print("wrote", OUT)
 
 

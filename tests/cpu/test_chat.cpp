@@ -97,6 +97,17 @@ TEST(Chat, Qwen3MatchesTransformers) {
   check_fixture("qwen3.json", tok, format, true);
 }
 
+// ChatML against transformers where CI can run it: a tokenizer trained for the fixtures (Qwen2's
+// pre-tokenizer, NFC, the ChatML special tokens) under a template with a default system turn.
+TEST(Chat, ChatmlFixtureTokenizerMatchesTransformers) {
+  const std::string dir = fixtures() + "/chatml_tokenizer";
+  const BpeTokenizer tok = BpeTokenizer::from_file(dir);
+  const ChatFormat format = load_chat_format(dir);
+  EXPECT_EQ(format.name(), "chatml");
+  EXPECT_EQ(format.default_system, "You are a careful assistant. Answer briefly.");
+  check_fixture("chatml.json", tok, format, true);
+}
+
 TEST(Chat, ChatmlDefaultSystemMatchesTransformers) {
   if (!fs::exists(qwen3_dir() + "/tokenizer.json"))
     GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared is absent)";
