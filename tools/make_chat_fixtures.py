@@ -233,22 +233,19 @@ def main():
     all_names = list(CONVERSATIONS) + list(ALPACA)
     versions = {"transformers": transformers.__version__}
 
+    def trained_fixture(name, train, header, end):
+        tokenizer_dir = os.path.join(OUT, name + "_tokenizer")
+        train(tokenizer_dir)
+        tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+        write_json(os.path.join(OUT, name + ".json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "tests/fixtures/chat/" + name + "_tokenizer",
+            "cases": make_cases(tok, header, end, all_names)})
+
     if only in (None, "chatml"):
-        chatml_dir = os.path.join(OUT, "chatml_tokenizer")
-        train_chatml_tokenizer(chatml_dir)
-        chatml = AutoTokenizer.from_pretrained(chatml_dir)
-        write_json(os.path.join(OUT, "chatml.json"), {
-            "generator": "tools/make_chat_fixtures.py", "versions": versions,
-            "tokenizer": "tests/fixtures/chat/chatml_tokenizer",
-            "cases": make_cases(chatml, "<|im_start|>assistant\n", "<|im_end|>", all_names)})
+        trained_fixture("chatml", train_chatml_tokenizer, "<|im_start|>assistant\n", "<|im_end|>")
     if only in (None, "llama3"):
-        llama_dir = os.path.join(OUT, "llama3_tokenizer")
-        train_llama3_tokenizer(llama_dir)
-        llama = AutoTokenizer.from_pretrained(llama_dir)
-        write_json(os.path.join(OUT, "llama3.json"), {
-            "generator": "tools/make_chat_fixtures.py", "versions": versions,
-            "tokenizer": "tests/fixtures/chat/llama3_tokenizer",
-            "cases": make_cases(llama, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>", all_names)})
+        trained_fixture("llama3", train_llama3_tokenizer, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>")
 
     if only in (None, "qwen3"):
         if not os.path.isdir(QWEN3):
