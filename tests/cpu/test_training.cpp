@@ -500,6 +500,9 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   // Without --resume the old run is protected.
   EXPECT_NE(0, train(tiny_config(data, root + "/resumed", 8, 0), "resumed", "", &out));
   EXPECT_NE(out.find("already holds a run (checkpoint-5;"), std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/two", 12, 3), "two", "", &out)) << out;  // checkpoint-9 and -12 kept
+  EXPECT_NE(0, train(tiny_config(data, root + "/two", 12, 3), "two", "", &out));
+  EXPECT_NE(out.find("already holds a run (checkpoint-12;"), std::string::npos) << "the newest, which --resume takes\n" << out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/resumed", 8, 0), "resumed", "--resume", &out)) << out;
   EXPECT_NE(out.find("resumed from"), std::string::npos) << out;
   EXPECT_NE(out.find("note: resume: max_steps was 5 in the checkpoint, now 8"), std::string::npos) << out;

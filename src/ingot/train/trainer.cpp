@@ -178,7 +178,9 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
       fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
            "; a run is metrics.jsonl, loss.svg and checkpoint-*) with no checkpoint to resume from; pass "
            "--overwrite to replace it");
-    fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
+    // Names the newest checkpoint: the one --resume would continue (run_files' first, in name
+    // order, was the oldest).
+    fail("output_dir ", c.output_dir, " already holds a run (", fs::path(list_checkpoints(c.output_dir).back()).filename().string(),
          "; a run is metrics.jsonl, loss.svg and checkpoint-*); pass --resume to continue it or --overwrite to replace it");
   }
   return std::make_unique<ReplacedRun>(dir, old);
