@@ -416,6 +416,18 @@ TEST(PrepareChat, TextWithBpeTokenizerNamesInvalidUtf8Line) {
 
 // Text documents end with the tokenizer's eos_token, which for an instruct model's tokenizer is its
 // end of turn (this fixture's, like Llama 3 Instruct's, is <|eot_id|>); eos_token picks another.
+// Chat or alpaca records prepared as text: the error says which --format they need.
+TEST(PrepareChat, ChatRecordsWithoutFormatChatNameIt) {
+  const std::string dir = test::temp_dir("prepare_chat_as_text");
+  write_file(dir + "/chat.jsonl", kChatLines);
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions o;
+  o.inputs = {dir + "/chat.jsonl"};
+  o.output_dir = dir + "/out";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("no string field \"text\" (chat data: --format chat)"), std::string::npos) << msg;
+}
+
 TEST(PrepareChat, TextDocumentsEndWithTheChosenEosToken) {
   const std::string dir = test::temp_dir("prepare_text_eos");
   write_file(dir + "/in.txt", "first doc\n%\nsecond\n");

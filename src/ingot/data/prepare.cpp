@@ -587,7 +587,10 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           } else if (!chat) {
             auto field = record.find(options.text_field);
             if (field == record.end() || !field->is_string())
-              problem = "no string field \"" + options.text_field + "\"";
+              problem = "no string field \"" + options.text_field + "\"" +
+                        (record.contains("messages") ? std::string(" (chat data: --format chat)")
+                         : record.contains("instruction") ? std::string(" (alpaca data: --format alpaca)")
+                                                          : std::string());
             else if (const auto& text = field->get_ref<const std::string&>(); !is_blank(text))
               add_text(where, text, line_bytes);
             else
