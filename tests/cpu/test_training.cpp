@@ -263,6 +263,11 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   // --seq 64 is past the config's 32 positions: timed all the same, with a warning (as `ingot train` gives).
   EXPECT_NE(text.find("warning: --seq 64 is above max_position_embeddings 32 of " + root + "/tiny"), std::string::npos)
       << text;
+  // A run's output_dir, as generate, info and export take it (its newest checkpoint's config).
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;
+  EXPECT_EQ(0, run_command(cli() + " bench --model " + root + "/run --device cpu --seq 16 --micro-batch 1 --steps 1 --warmup 0",
+                           &out)) << out;
+  EXPECT_NE(out.find("tokens/s"), std::string::npos) << out;
   EXPECT_NE(0, run_command(bench + " --packed-doc-len 65", &out));
   EXPECT_NE(out.find("--packed-doc-len must lie in [1, --seq 64]"), std::string::npos) << out;
 }

@@ -15,6 +15,7 @@
 #include "ingot/ops/profile.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/train/memory_plan.h"
+#include "ingot/train/checkpoint.h"
 #include "ingot/train/train_step.h"
 #include "ingot/train/trainer.h"
 #ifdef INGOT_HAVE_CUDA
@@ -48,8 +49,8 @@ ModelConfig bench_preset(const std::string& name) {
          {"rope_theta", 500000.0}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 8192},
          {"tie_word_embeddings", false}};
   } else {
-    fail("unknown bench model \"", name, "\": give a model directory or one of llama-3.2-1b, qwen3-0.6b, "
-         "qwen2.5-0.5b, llama-3-8b");
+    fail("unknown bench model \"", name, "\": give a model, checkpoint or run directory, or one of llama-3.2-1b, "
+         "qwen3-0.6b, qwen2.5-0.5b, llama-3-8b");
   }
   return parse_model_config(j.dump(), "preset " + name);
 }
@@ -73,8 +74,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
               kMaxTokensPerStep);
   INGOT_CHECK(o.packed_doc_len >= 0 && o.packed_doc_len <= o.seq, "ingot bench: --packed-doc-len must lie in [1, --seq ",
               o.seq, "] (0: whole rows), got ", o.packed_doc_len);
-  const bool is_dir = std::filesystem::exists(std::filesystem::path(o.model) / "config.json");
-  ModelConfig config = is_dir ? load_model_config(o.model) : bench_preset(o.model);
+  // A directory: a model, a checkpoint or a run's output_dir (its newest checkpoint), as generate,
+  // info and export take it. Only its config is used.
+  ModelConfig config = std::filesystem::is_directory(o.model) ? load_model_config(resolve_model_dir(o.model))
+                                                               : bench_preset(o.model);
   // As in `ingot train`: RoPE reaches any position, so the timing holds; a pretrained model's quality would not.
   if (o.seq > config.max_position_embeddings)
     log << "warning: --seq " << o.seq << " is above max_position_embeddings " << config.max_position_embeddings
