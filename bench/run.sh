@@ -297,6 +297,9 @@ for r in rows:
         cfg = None
     # Packed rows: each side reports MFU over the pairs that attend (the same documents on both).
     mfu = r.get("mfu") if (v and r.get("packed_doc_len")) else presets.mfu(cfg, s, v) if (v and cfg) else r.get("mfu") if v else None
+    # MFU is against the H100/H200 bf16 peak: meaningless for a CPU row (Ingot reports null there).
+    if str(r.get("device", "")).startswith("cpu") or str(r.get("gpu") or "").startswith("none"):
+        mfu = None
     note = ""
     if r.get("oom"):
         note = "OOM"
@@ -331,7 +334,9 @@ if not gpu:
 vers = f"; PyTorch {peers[0]['torch']}, transformers {peers[0]['transformers']}" if peers else ""
 steps = sorted({r.get("steps") for r in rows if r.get("steps")})
 print()
-print(f"Measured {datetime.date.today().isoformat()} on one {gpu}{vers}. Median step time after warm-up"
+on_cpu = gpu.startswith("none (CPU: ") or any(str(r.get("device", "")).startswith("cpu") for r in rows)
+where = "the CPU" if on_cpu else f"one {gpu}"
+print(f"Measured {datetime.date.today().isoformat()} on {where}{vers}. Median step time after warm-up"
       f" ({'/'.join(map(str, steps)) or '?'} timed steps for the peers); tokens/s = seq × micro-batch ÷ median step."
       " MFU = tokens/s × (6·N_matmul + 6·L·S·H·Dh) ÷ 989.4e12. Peers: bf16 weights, SDPA, fused AdamW,"
       " clip_grad_norm_ 1.0, random token ids. SM MHz / W: medians over the run's samples (nvidia-smi,"
