@@ -105,6 +105,11 @@ def main():
     tokenizer_json = args.tokenizer
     if os.path.isdir(tokenizer_json):
         tokenizer_json = os.path.join(tokenizer_json, "tokenizer.json")
+    if not os.path.isfile(tokenizer_json):
+        sys.exit(f"no tokenizer.json at {tokenizer_json}: pass --tokenizer (tests/fixtures/chat/llama3_tokenizer "
+                 "is in the repository)")
+    if not os.path.isfile(os.path.join(args.build, "tests", "ingot_tests")):
+        sys.exit(f"no {args.build}/tests/ingot_tests: build first (make build) or pass --build BUILD_DIR")
     text, mix = build_text(int(args.mb * 1e6))
     text_path = os.path.join(args.build, "tokenizer_bench.txt")
     with open(text_path, "w", encoding="utf-8", newline="") as f:
