@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <span>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -174,8 +175,7 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   if (target.filename().empty()) target = target.parent_path();
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                             "generation_config.json"})
+    for (const char* name : kModelCompanionFiles)
       if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, folder / name);
   };
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
@@ -200,8 +200,8 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   if (!tokenizer_path.empty() && tokenizer_path != "byte") {
     // Keep the tokenizer beside the shards so training runs and checkpoints can carry it.
     const fs::path src = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path) / "tokenizer.json" : fs::path(tokenizer_path);
-    fs::copy_file(src, fs::path(options.output_dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
-    for (const char* name : {"tokenizer_config.json", "chat_template.jinja"})
+    fs::copy_file(src, fs::path(options.output_dir) / data::kTokenizerFilesBesideShards[0], fs::copy_options::overwrite_existing);
+    for (const char* name : std::span(data::kTokenizerFilesBesideShards).subspan(1))
       if (fs::exists(src.parent_path() / name))
         fs::copy_file(src.parent_path() / name, fs::path(options.output_dir) / name, fs::copy_options::overwrite_existing);
   }

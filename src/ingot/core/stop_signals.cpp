@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <string_view>
 
 namespace ingot {
 
@@ -30,14 +31,12 @@ void on_stop_signal(int signal_number) {
   int none = 0;
   g_received.compare_exchange_strong(none, signal_number);
   restore_previous();
-  static constexpr char kNoteInt[] =
-      "\ningot: SIGINT: stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
-  static constexpr char kNoteTerm[] =
-      "\ningot: SIGTERM: stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
-  const char* note = signal_number == SIGINT ? kNoteInt : kNoteTerm;
-  const size_t size = signal_number == SIGINT ? sizeof kNoteInt - 1 : sizeof kNoteTerm - 1;
+  static constexpr std::string_view kNote =
+      ": stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
+  const std::string_view name = signal_name(signal_number);
   const int saved_errno = errno;  // the interrupted code may be about to read it
-  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, note, size);
+  for (const std::string_view part : {std::string_view("\ningot: "), name, kNote})
+    [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, part.data(), part.size());
   errno = saved_errno;
 }
 

@@ -86,9 +86,11 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
         // An earlier dataset inside an input directory: its shards are binary (skipped below), and
         // its meta.json and the tokenizer files `ingot prepare` copies beside them are not text to
         // train on.
-        if ((p.filename() == "meta.json" || p.filename() == "tokenizer.json" || p.filename() == "tokenizer_config.json" ||
-             p.filename() == "chat_template.jinja") &&
-            fs::exists(p.parent_path() / "train-00000.bin", ec))
+        const auto is_tokenizer_file = [&] {
+          return std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
+                             [&](const char* name) { return p.filename() == name; });
+        };
+        if ((p.filename() == "meta.json" || is_tokenizer_file()) && fs::exists(p.parent_path() / "train-00000.bin", ec))
           continue;
         if (it->is_regular_file(ec)) found.push_back(p);
       }

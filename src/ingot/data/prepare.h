@@ -28,6 +28,7 @@
 // is written as NAME.tmp and renamed into place. With a log stream, a progress line (percent of
 // input bytes, MB/s, ETA) is written at most every 0.5 s, then the final report.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -36,6 +37,11 @@
 #include "ingot/data/tokenizer.h"
 
 namespace ingot::data {
+
+// The tokenizer files `ingot prepare` copies beside the shards it writes (tokenizer.json first),
+// for training runs and checkpoints to carry; an input directory holding such a dataset skips them.
+inline constexpr std::array<const char*, 3> kTokenizerFilesBesideShards = {"tokenizer.json", "tokenizer_config.json",
+                                                                           "chat_template.jinja"};
 
 enum class PrepareFormat { text, chat, alpaca };
 PrepareFormat parse_prepare_format(const std::string& name);  // "text" | "chat" | "alpaca"

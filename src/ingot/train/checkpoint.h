@@ -8,6 +8,7 @@
 // A checkpoint is written to checkpoint-<step>.tmp-<pid> and renamed, so a directory named
 // checkpoint-<step> is always complete. Only the newest save_total_limit are kept.
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,11 @@
 #include "ingot/optim/adamw.h"
 
 namespace ingot {
+
+// Files beside a model's weights that make a checkpoint or an export self-contained for generation
+// and chat data (transformers >= 4.49 keeps the chat template in chat_template.jinja).
+inline constexpr std::array<const char*, 5> kModelCompanionFiles = {
+    "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", "generation_config.json"};
 
 struct CheckpointContents {
   int64_t step = 0;

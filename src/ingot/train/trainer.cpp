@@ -189,13 +189,11 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
 // Files that make a checkpoint self-contained for generation and export.
 std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
-  const char* names[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                         "generation_config.json"};
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
   for (const std::string& d : c.train_data) dirs.push_back(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path());
   for (const fs::path& d : dirs)
-    for (const char* n : names)
+    for (const char* n : kModelCompanionFiles)
       if (fs::exists(d / n)) files.push_back((d / n).string());
   return files;
 }
