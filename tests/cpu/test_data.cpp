@@ -13,6 +13,7 @@
 #include <set>
 
 #include "ingot/core/error.h"
+#include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/data/loader.h"
 #include "ingot/data/prepare.h"
@@ -671,6 +672,50 @@ TEST(DataPrepare, EarlierDatasetInTheInputIsSkipped) {
   const PrepareReport r = prepare_dataset(o, tok);
   EXPECT_EQ(r.num_documents, 1);
   EXPECT_EQ(r.num_tokens, 6);
+}
+
+// A tokenizer file in the output directory that belongs to no dataset (a model's folder, say) is
+// never replaced by a different one; the same file is fine (prepare into the tokenizer's folder).
+TEST(DataPrepare, ForeignTokenizerFileInTheOutputIsKept) {
+  const std::string dir = test::temp_dir("prepare_foreign_tokenizer");
+  const std::string fixture = test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json";
+  write_text(dir + "/a.txt", "hello there");
+  BpeTokenizer tok = BpeTokenizer::from_file(fixture);
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/out";
+  o.tokenizer_file = fixture;
+  o.overwrite = true;
+  write_text(dir + "/out/tokenizer.json", "{\"mine\": true}");
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find(dir + "/out holds a tokenizer.json that is not part of a dataset"), std::string::npos) << msg;
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), "{\"mine\": true}");
+  EXPECT_FALSE(fs::exists(dir + "/out/meta.json"));
+
+  write_text(dir + "/out/tokenizer.json", test::read_file(fixture));
+  prepare_dataset(o, tok);
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(fixture));
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer_config.json"),
+            test::read_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer_config.json"));
+}
+
+// Chat data carries the tokenizer_config.json of the template that rendered it, not the one beside
+// tokenizer.json: an export then ships the template the model was trained on.
+TEST(DataPrepare, ChatDataCarriesTheTemplateThatRenderedIt) {
+  const std::string dir = test::temp_dir("prepare_chat_template_carried");
+  const std::string fixtures = test::source_dir() + "/tests/fixtures/chat";
+  write_text(dir + "/c.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, "
+                               "{\"role\": \"assistant\", \"content\": \"hello\"}]}\n");
+  BpeTokenizer tok = BpeTokenizer::from_file(fixtures + "/chatml_tokenizer/tokenizer.json");
+  PrepareOptions o;
+  o.format = PrepareFormat::chat;
+  o.inputs = {dir + "/c.jsonl"};
+  o.output_dir = dir + "/out";
+  o.tokenizer_file = fixtures + "/chatml_tokenizer/tokenizer.json";
+  o.chat_template = fixtures + "/chatml_default";
+  prepare_dataset(o, tok);
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer_config.json"), test::read_file(fixtures + "/chatml_default/tokenizer_config.json"));
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(o.tokenizer_file));
 }
 
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {

@@ -1106,6 +1106,29 @@ TEST_F(Training, ChatSftPackedEndToEnd) {
   for (const Case& c : cases) run_chat_sft(c.tokenizer, c.model_type, c.vocab);
 }
 
+// The tokenizer files prepare copies beside the shards belong to that dataset: a byte-level
+// --overwrite of a BPE dataset removes them (they were left, carried into checkpoints, and generate
+// then refused the checkpoint: the tokenizer's 515 ids against the model's 257), and a tokenizer.json
+// someone put beside a byte-level dataset is not carried either.
+TEST_F(Training, ByteDatasetCarriesNoTokenizerFiles) {
+  const std::string tokenizer = ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json";
+  const std::string text = root + "/text";
+  std::string out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + text + " --tokenizer " + tokenizer + " -o " + root + "/d", &out)) << out;
+  ASSERT_TRUE(fs::exists(root + "/d/tokenizer.json"));
+  ASSERT_TRUE(fs::exists(root + "/d/tokenizer_config.json"));
+  ASSERT_EQ(0, run_command(cli() + " prepare " + text + " --doc-separator % -o " + root + "/d --overwrite", &out)) << out;
+  EXPECT_FALSE(fs::exists(root + "/d/tokenizer.json"));
+  EXPECT_FALSE(fs::exists(root + "/d/tokenizer_config.json"));
+  EXPECT_TRUE(fs::exists(root + "/d/meta.json"));
+
+  write_file(root + "/d/tokenizer.json", read_file(tokenizer));  // put there by hand
+  ASSERT_EQ(0, train(tiny_config(root + "/d", root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-1/model.safetensors"));
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-1/tokenizer.json"));
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --prompt the --max-new-tokens 4", &out)) << out;
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;

@@ -3,7 +3,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <span>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -196,15 +195,9 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   std::unique_ptr<data::Tokenizer> tokenizer;
   if (tokenizer_path.empty() || tokenizer_path == "byte") tokenizer = std::make_unique<data::ByteTokenizer>();
   else tokenizer = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tokenizer_path));
+  if (!tokenizer_path.empty() && tokenizer_path != "byte")
+    options.tokenizer_file = fs::is_directory(tokenizer_path) ? (fs::path(tokenizer_path) / "tokenizer.json").string() : tokenizer_path;
   data::prepare_dataset(options, *tokenizer);  // logs its own report
-  if (!tokenizer_path.empty() && tokenizer_path != "byte") {
-    // Keep the tokenizer beside the shards so training runs and checkpoints can carry it.
-    const fs::path src = fs::is_directory(tokenizer_path) ? fs::path(tokenizer_path) / "tokenizer.json" : fs::path(tokenizer_path);
-    fs::copy_file(src, fs::path(options.output_dir) / data::kTokenizerFilesBesideShards[0], fs::copy_options::overwrite_existing);
-    for (const char* name : std::span(data::kTokenizerFilesBesideShards).subspan(1))
-      if (fs::exists(src.parent_path() / name))
-        fs::copy_file(src.parent_path() / name, fs::path(options.output_dir) / name, fs::copy_options::overwrite_existing);
-  }
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <set>
+#include <span>
 #include <sstream>
 
 #include "ingot/core/error.h"
@@ -54,6 +55,11 @@ std::string read_file(const fs::path& path) {
   return std::move(s).str();
 }
 
+bool is_tokenizer_file_name(const std::string& name) {
+  return std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
+                     [&](const char* n) { return name == n; });
+}
+
 bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
@@ -86,11 +92,8 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
         // An earlier dataset inside an input directory: its shards are binary (skipped below), and
         // its meta.json and the tokenizer files `ingot prepare` copies beside them are not text to
         // train on.
-        const auto is_tokenizer_file = [&] {
-          return std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
-                             [&](const char* name) { return p.filename() == name; });
-        };
-        if ((p.filename() == "meta.json" || is_tokenizer_file()) && fs::exists(p.parent_path() / "train-00000.bin", ec))
+        if ((p.filename() == "meta.json" || is_tokenizer_file_name(p.filename().string())) &&
+            fs::exists(p.parent_path() / "train-00000.bin", ec))
           continue;
         if (it->is_regular_file(ec)) found.push_back(p);
       }
@@ -167,15 +170,37 @@ class ShardSink {
   std::unique_ptr<ShardWriter> writer_;
 };
 
-// The shards and meta.json of an earlier run in dir.
+// The files of an earlier dataset in dir: shards and meta.json, and, where meta.json marks a
+// dataset, the tokenizer files prepare copied beside them (a byte-level --overwrite left a BPE
+// dataset's tokenizer.json behind, which checkpoints then carried).
 std::vector<fs::path> dataset_files(const fs::path& dir) {
   std::vector<fs::path> files;
+  const bool holds_dataset = fs::exists(dir / "meta.json");
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name == "meta.json" || name == "meta.json.tmp" ||
-        (name.rfind("train-", 0) == 0 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))))
+        (name.rfind("train-", 0) == 0 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))) ||
+        (holds_dataset && is_tokenizer_file_name(name)))
       files.push_back(entry.path());
   }
+  return files;
+}
+
+// The tokenizer files the new dataset carries: (source, name in the dataset). For chat data the
+// tokenizer_config.json (and chat_template.jinja) are those of the chat template that rendered it,
+// so that an export ships the template the model was trained on.
+std::vector<std::pair<fs::path, std::string>> tokenizer_files_to_copy(const PrepareOptions& options) {
+  static_assert(kTokenizerFilesBesideShards.size() == 3);
+  std::vector<std::pair<fs::path, std::string>> files;
+  if (options.tokenizer_file.empty()) return files;
+  files.emplace_back(options.tokenizer_file, kTokenizerFilesBesideShards[0]);
+  fs::path config = fs::path(options.tokenizer_file).parent_path() / kTokenizerFilesBesideShards[1];
+  if (options.format != PrepareFormat::text && !options.chat_template.empty())
+    config = fs::is_directory(options.chat_template) ? fs::path(options.chat_template) / kTokenizerFilesBesideShards[1]
+                                                     : fs::path(options.chat_template);
+  const fs::path jinja = config.parent_path() / kTokenizerFilesBesideShards[2];
+  if (fs::exists(config)) files.emplace_back(config, kTokenizerFilesBesideShards[1]);
+  if (fs::exists(jinja)) files.emplace_back(jinja, kTokenizerFilesBesideShards[2]);
   return files;
 }
 
@@ -196,6 +221,13 @@ fs::path check_output(const PrepareOptions& options) {
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
               " dataset files); choose another directory or set overwrite (--overwrite)");
+  // A tokenizer file that belongs to no dataset (the folder of a model, say) is the user's own:
+  // never replaced by another.
+  if (!fs::exists(dir / "meta.json"))
+    for (const auto& [src, name] : tokenizer_files_to_copy(options))
+      INGOT_CHECK(!fs::exists(dir / name) || read_file(src) == read_file(dir / name),
+                  "prepare: output directory ", dir.string(), " holds a ", name, " that is not part of a dataset and "
+                  "differs from ", src.string(), ", which the dataset would put there; choose another directory");
   return outermost_new;
 }
 
@@ -727,6 +759,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["shards"].push_back({{"file", shard.file},
                               {"num_tokens", shard.num_tokens},
                               {"num_documents", shard.num_documents}});
+  // Beside the shards, so that training runs and checkpoints carry the tokenizer.
+  for (const auto& [src, name] : tokenizer_files_to_copy(options)) fs::copy_file(src, staging.path / name);
   io::write_file_atomically((staging.path / "meta.json").string(), meta.dump(2) + "\n");
   staging.commit(options.output_dir);
   if (options.log) *options.log << report.to_string() << "\n";

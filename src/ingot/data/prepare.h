@@ -24,8 +24,9 @@
 // .dat indexes) and skipped; a file reached twice (a symlink) is read once.
 // Documents fill shards OUTPUT/train-00000.bin, ... of at most shard_tokens tokens; a document that
 // does not fit starts a new shard, and only a document longer than shard_tokens is split across
-// shards. Finally OUTPUT/meta.json records the tokenizer, the options and the counts. Every file
-// is written as NAME.tmp and renamed into place. With a log stream, a progress line (percent of
+// shards. Finally OUTPUT/meta.json records the tokenizer, the options and the counts. The whole
+// dataset (shards, tokenizer files, meta.json) is built in a hidden staging folder inside OUTPUT
+// and moved into place once complete; --overwrite replaces all of an earlier dataset's files. With a log stream, a progress line (percent of
 // input bytes, MB/s, ETA) is written at most every 0.5 s, then the final report.
 #pragma once
 #include <array>
@@ -66,7 +67,11 @@ struct PrepareOptions {
   std::string eos_token;
   std::string text_field = "text";  // JSONL: field holding the document text
   bool skip_invalid_json = false;   // JSONL: skip and count bad lines instead of failing
-  bool overwrite = false;           // replace train-*.bin and meta.json already in output_dir
+  bool overwrite = false;           // replace the dataset already in output_dir (its shards, meta.json, tokenizer files)
+  // The tokenizer.json the shards were encoded with (empty: byte-level). It and the
+  // tokenizer_config.json and chat_template.jinja beside it are copied into the dataset, so that
+  // training runs and checkpoints carry them (kTokenizerFilesBesideShards).
+  std::string tokenizer_file;
   std::ostream* log = nullptr;      // progress lines and the final report; null: silent
 };
 

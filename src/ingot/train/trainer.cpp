@@ -21,6 +21,7 @@
 #include "ingot/core/stop_signals.h"
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
+#include "ingot/io/json_util.h"
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/optim/lr_schedule.h"
@@ -186,12 +187,27 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
   return std::make_unique<ReplacedRun>(dir, old);
 }
 
+// The tokenizer `ingot prepare` recorded in a dataset directory's meta.json ("byte", or a
+// tokenizer.json's name); empty where there is none to read (the loader has checked meta.json).
+std::string data_tokenizer_name(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return "";
+  const nlohmann::json meta = nlohmann::json::parse(
+      io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr, /*allow_exceptions=*/false);
+  return meta.is_object() && meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
+}
+
 // Files that make a checkpoint self-contained for generation and export.
 std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
-  for (const std::string& d : c.train_data) dirs.push_back(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path());
+  for (const std::string& d : c.train_data) {
+    const fs::path dir = fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path();
+    // A byte-level dataset has no tokenizer files; one that sits beside it is not its tokenizer
+    // (checkpoints carrying it could not generate: its vocabulary is not the model's).
+    if (data_tokenizer_name(dir) != "byte") dirs.push_back(dir);
+  }
   for (const fs::path& d : dirs)
     for (const char* n : kModelCompanionFiles)
       if (fs::exists(d / n)) files.push_back((d / n).string());
