@@ -321,11 +321,11 @@ TEST(DataLoader, ShuffleIsPinned) {
   const std::vector<int64_t> expected = {1, 7, 9, 0, 3, 8, 4, 2, 5, 6};
   EXPECT_EQ(order, expected) << ::testing::PrintToString(order);
   // And the specification (docs/data-format.md), written out here: std::mt19937_64 seeded with
-  // seed + epoch (its stream is fixed by the C++ standard), Fisher-Yates from the last position
-  // down, position i swapped with one drawn uniformly from [0, i] by rejecting draws below
-  // 2^64 mod (i + 1).
-  for (const int64_t epoch : {0, 1, 2}) {
-    std::mt19937_64 rng(42 + epoch);
+  // seed + epoch * 0x9e3779b97f4a7c15 (its stream is fixed by the C++ standard), Fisher-Yates from
+  // the last position down, position i swapped with one drawn uniformly from [0, i] by rejecting
+  // draws below 2^64 mod (i + 1).
+  for (const uint64_t epoch : {0, 1, 2}) {
+    std::mt19937_64 rng(42 + epoch * 0x9e3779b97f4a7c15ull);
     std::vector<int64_t> spec(10);
     std::iota(spec.begin(), spec.end(), 0);
     for (uint64_t i = spec.size() - 1; i > 0; --i) {
@@ -338,6 +338,35 @@ TEST(DataLoader, ShuffleIsPinned) {
     for (int64_t i = 0; i < loader.num_train_windows(); ++i) got.push_back(loader.train_window_at(epoch, i));
     EXPECT_EQ(got, spec) << "epoch " << epoch;
   }
+}
+
+// Seed s + 1's order is not seed s's next epoch (with seed + epoch it was: a sweep over adjacent
+// seeds trained every multi-epoch run on shifted copies of one order). A state saved before the
+// stride (no epoch_seed_stride key) keeps seed + epoch, so the run it resumes keeps its order.
+TEST(DataLoader, AdjacentSeedsDoNotShareEpochs) {
+  const std::string dir = test::temp_dir("loader_adjacent_seeds");
+  write_shard(dir + "/a.bin", counting_shard(4 * 40 + 1, 0, 161));
+  DataLoader s42(counting_config(dir + "/a.bin", 4, 42, 0.0)), s43(counting_config(dir + "/a.bin", 4, 43, 0.0));
+  auto order = [](DataLoader& loader, int64_t epoch) {
+    std::vector<int64_t> o;
+    for (int64_t i = 0; i < loader.num_train_windows(); ++i) o.push_back(loader.train_window_at(epoch, i));
+    return o;
+  };
+  EXPECT_NE(order(s42, 1), order(s43, 0));
+  EXPECT_NE(order(s42, 2), order(s43, 1));
+
+  nlohmann::json old_state = s42.save_state();
+  EXPECT_EQ(old_state.at("epoch_seed_stride").get<uint64_t>(), kEpochSeedStride);
+  old_state.erase("epoch_seed_stride");
+  old_state["epoch"] = 1;
+  old_state["index"] = 0;
+  DataLoader resumed(counting_config(dir + "/a.bin", 4, 42, 0.0));
+  resumed.restore_state(old_state);
+  EXPECT_EQ(order(resumed, 1), order(s43, 0));  // the old formula: 42 + 1
+  EXPECT_EQ(resumed.save_state().at("epoch_seed_stride").get<uint64_t>(), 1u);
+  old_state["epoch_seed_stride"] = 7;
+  const std::string msg = error_of([&] { resumed.restore_state(old_state); });
+  EXPECT_NE(msg.find("epoch_seed_stride 7"), std::string::npos) << msg;
 }
 
 TEST(DataLoader, EveryTrainWindowOncePerEpochAndDisjointFromValidation) {

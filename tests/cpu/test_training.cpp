@@ -16,6 +16,7 @@
 
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/core/rng.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/safetensors.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -797,6 +798,19 @@ TEST(TextStream, CharactersSplitAcrossTokensComeOutWhole) {
   streamed += stream.flush();
   EXPECT_EQ(streamed, text);
   EXPECT_GT(held, 0) << "no character of the text spans tokens here: the test checks nothing";
+}
+
+// Sampling seeds s and s + 1 draw unrelated numbers: counting from the seed itself made seed 2's
+// draws seed 1's shifted by one, and adjacent seeds sampled near copies of one text.
+TEST(GenerateSampling, AdjacentSeedsDrawUnrelatedNumbers) {
+  for (uint64_t seed : {0ull, 1ull, 41ull}) {
+    ingot::SplitMixRng a(seed), b(seed + 1);
+    std::vector<uint64_t> from_a, from_b;
+    for (int i = 0; i < 64; ++i) from_a.push_back(a.next()), from_b.push_back(b.next());
+    for (int shift = -63; shift < 64; ++shift)
+      for (int i = std::max(0, shift); i < 64 && i - shift < 64; ++i)
+        ASSERT_NE(from_a[i], from_b[i - shift]) << "seed " << seed << ", shift " << shift;
+  }
 }
 
 // A model vocabulary padded past the tokenizer's: ids no text maps to are never sampled (generate

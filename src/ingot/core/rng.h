@@ -33,10 +33,12 @@ inline double normal01(uint64_t seed, uint64_t stream, uint64_t index) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-// A small sequential generator for sampling (generation), seeded explicitly.
+// A small sequential generator for sampling (generation), seeded explicitly. The seed is hashed
+// before counting from it: counting from the seed itself made seed s + 1's draws seed s's shifted
+// by one, so samples for adjacent seeds were near copies.
 struct SplitMixRng {
   uint64_t state;
-  explicit SplitMixRng(uint64_t seed) : state(seed) {}
+  explicit SplitMixRng(uint64_t seed) : state(splitmix64(seed)) {}
   uint64_t next() { return splitmix64(state++); }
   double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
 };

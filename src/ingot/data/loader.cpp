@@ -296,7 +296,7 @@ void DataLoader::ensure_permutation(int64_t epoch) {
   const int64_t n = by_document() ? num_train_docs_ : num_train_;
   permutation_.resize(n);
   for (int64_t i = 0; i < n; ++i) permutation_[i] = static_cast<uint64_t>(i);
-  std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch));
+  std::mt19937_64 rng(seed_ + static_cast<uint64_t>(epoch) * epoch_seed_stride_);
   for (int64_t i = n - 1; i > 0; --i) {
     const uint64_t j = uniform_below(rng, static_cast<uint64_t>(i) + 1);
     std::swap(permutation_[i], permutation_[j]);
@@ -339,7 +339,7 @@ void DataLoader::next_batch(int64_t batch_size, const BatchBuffers& out) {
 nlohmann::json DataLoader::save_state() const {
   return {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
           {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_},
-          {"packing", packing_mode_name(mode_)}};
+          {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_}};
 }
 
 void DataLoader::restore_state(const nlohmann::json& state) {
@@ -360,6 +360,15 @@ void DataLoader::restore_state(const nlohmann::json& state) {
                 "data: saved loader state is for a dataset of ", num_tokens, " tokens (", num_train,
                 " train windows) but ", describe_files(files_), " hold ", num_tokens_, " tokens (",
                 num_train_, " train windows)");
+    // A state without the key was saved when epoch e's seed was seed + e: the run keeps that order.
+    const auto stride = state.value("epoch_seed_stride", uint64_t{1});
+    INGOT_CHECK(stride == 1 || stride == kEpochSeedStride, "data: saved loader state has epoch_seed_stride ", stride,
+                ", which this version does not know (", kEpochSeedStride, " or 1)");
+    if (stride != epoch_seed_stride_) {
+      epoch_seed_stride_ = stride;
+      permutation_epoch_ = -1;  // made with the other stride; epochs can differ in rows
+      plan_epoch_ = -1;
+    }
     const int64_t rows = by_document() && epoch >= 0 ? train_plan(epoch).num_rows() : num_train_;
     INGOT_CHECK(epoch >= 0 && index >= 0 && index <= rows,
                 "data: saved loader cursor (epoch ", epoch, ", index ", index, ") is out of range");

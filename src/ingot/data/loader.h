@@ -18,15 +18,18 @@
 // 0), and num_train is as many windows as fit in front of the validation windows.
 //
 // Order: epoch e visits every train window exactly once, in a Fisher-Yates permutation driven by
-// std::mt19937_64(seed + e) (both fully specified by the C++ standard, so the order is the same on
-// every platform). A batch that reaches the end of an epoch continues into the next one. The
+// std::mt19937_64(seed + e * 0x9e3779b97f4a7c15) (both fully specified by the C++ standard, so the
+// order is the same on every platform). The stride keeps seeds apart: with seed + e, seed s + 1's
+// epoch 0 was seed s's epoch 1, so a sweep over adjacent seeds trained on shifted copies of one
+// order. Epoch 0 is seed itself, as before. A state saved by a run that used seed + e
+// (checkpoints before 2026-12-01's change) resumes with seed + e, so the run keeps its order. A batch that reaches the end of an epoch continues into the next one. The
 // cursor (epoch, index into the epoch's permutation) is all the state there is, so saving and
 // restoring it resumes the exact batch sequence.
 //
 // Packed / padded modes work on documents (the shards' document boundaries; a document never
 // spans two shards). Split: the last num_val_docs = max(1, floor(D * val_fraction)) documents of
 // the stream (0 when val_fraction == 0) are validation, the rest training. Epoch e shuffles the
-// training documents with the same Fisher-Yates / mt19937_64(seed + e) as windows, then plans its
+// training documents with the same Fisher-Yates and epoch seed as windows, then plans its
 // rows with plan_rows (packing.h); the validation rows are planned once, in stream order. The
 // cursor is (epoch, row index into that epoch's plan); the plan is a pure function of the seed and
 // the epoch, so the cursor again is the whole state. Epochs may differ in row count.
@@ -41,12 +44,15 @@
 
 namespace ingot::data {
 
+// Epoch e's shuffle seed is seed + e * kEpochSeedStride (the 64-bit golden ratio; see Order above).
+inline constexpr uint64_t kEpochSeedStride = 0x9e3779b97f4a7c15ull;
+
 struct DataLoaderConfig {
   std::vector<std::string> paths;  // each a shard file, a directory (its *.bin files) or a glob
   int64_t seq_len = 0;             // T: tokens per row
   int64_t vocab_size = 0;          // the model's vocabulary: every token id must be below it
   double val_fraction = 0.05;      // share of windows held out for validation, in [0, 1)
-  uint64_t seed = 0;               // shuffling seed; epoch e uses seed + e
+  uint64_t seed = 0;               // shuffling seed; epoch e uses seed + e * kEpochSeedStride
   PackingMode packing = PackingMode::stream;
   bool use_loss_mask = true;       // false: train on every target (train_on_inputs at load time)
 };
@@ -156,6 +162,7 @@ class DataLoader {
   bool use_loss_mask_ = true;
   int64_t seq_len_, num_tokens_ = 0, num_train_ = 0, num_val_ = 0, val_begin_ = 0;
   uint64_t seed_;
+  uint64_t epoch_seed_stride_ = kEpochSeedStride;  // 1 for a state saved before the stride (restore_state)
   DataCursor cursor_;
   int64_t permutation_epoch_ = -1;
   std::vector<uint64_t> permutation_;  // (num_train,) window (or document) order of permutation_epoch_
