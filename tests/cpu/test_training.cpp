@@ -829,6 +829,30 @@ TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
             std::string::npos) << out;
 }
 
+// Generation stops where transformers' would: on generation_config.json's eos_token_id (a list
+// here, every id of the vocabulary, so nothing is generated), not only on the tokenizer's eos.
+// --tokenizer byte overrides a checkpoint's tokenizer.json.
+TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string checkpoint = root + "/run/checkpoint-1";
+  ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 8 --temperature 0", &out)) << out;
+  EXPECT_GT(out.size(), std::string("the \n").size()) << out;
+  std::string all_ids = "[0";
+  for (int id = 1; id < 257; ++id) all_ids += "," + std::to_string(id);
+  write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": " + all_ids + "]}");
+  ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 8 --temperature 0 2>/dev/null", &out)) << out;
+  EXPECT_EQ(out, "the \n");
+  ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 9223372036854775807", &out)) << out;
+  write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": \"x\"}");
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
+  EXPECT_NE(out.find(checkpoint + "/generation_config.json: eos_token_id must be an integer or a list of integers"),
+            std::string::npos) << out;
+  fs::remove(checkpoint + "/generation_config.json");
+  write_file(checkpoint + "/tokenizer.json", "not a tokenizer");
+  ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
+}
+
 TEST_F(Training, ExportGenerateAndInfo) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;

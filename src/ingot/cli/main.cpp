@@ -263,7 +263,7 @@ int main(int argc, char** argv) {
           },
           "0 to 2^64-1");
   generate->add_option("--device", gen.device, "auto | cpu | cuda");
-  generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json (default: the model's, else bytes)");
+  generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json, or byte (default: the model's, else bytes)");
 
   auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
   std::string export_source, export_out, export_dtype = "f32", max_shard = "5GB";

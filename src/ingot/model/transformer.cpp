@@ -423,12 +423,13 @@ std::vector<double> Transformer::forward_logits() {
   return all;
 }
 
-std::vector<double> Transformer::forward_last_logits() {
-  forward();
+std::vector<double> Transformer::forward_logits_at(int64_t row) {
   Activations& s = *acts_;
   const int64_t N = s.lnf.dim(0);
+  INGOT_CHECK(row >= 0 && row < N, "forward_logits_at: row ", row, " outside the ", N, " loaded tokens");
+  forward();
   const Tensor logits = s.logits.slice_rows(0, 1);
-  ops::linear_forward(ctx_, logits, s.lnf.slice_rows(N - 1, N), params_.lm_head, Tensor());
+  ops::linear_forward(ctx_, logits, s.lnf.slice_rows(row, row + 1), params_.lm_head, Tensor());
   return to_host_doubles(ctx_, logits);
 }
 

@@ -90,8 +90,9 @@ class Transformer {
   double forward_loss();
   // Forward only; writes logits (tokens, V) of the loaded batch to the host, as doubles.
   std::vector<double> forward_logits();
-  // Forward only; the logits (V) of the last loaded token (generation).
-  std::vector<double> forward_last_logits();
+  // Forward only; the logits (V) of loaded token `row` (generation: the last real token of a
+  // window padded after it).
+  std::vector<double> forward_logits_at(int64_t row);
 
   // Bytes per arena category, for the start-up budget (params, grads, activations).
   struct MemoryUse { int64_t params, grads, activations; };

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <numeric>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <ostream>
 
 #include "ingot/core/error.h"
@@ -12,6 +13,7 @@
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/io/hf_model.h"
+#include "ingot/io/json_util.h"
 #include "ingot/model/transformer.h"
 #include "ingot/train/checkpoint.h"
 #include "ingot/train/trainer.h"
@@ -23,7 +25,7 @@ namespace fs = std::filesystem;
 std::unique_ptr<data::Tokenizer> load_tokenizer(const std::string& model_dir, const std::string& explicit_path) {
   std::string path = explicit_path;
   if (path.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json")) path = (fs::path(model_dir) / "tokenizer.json").string();
-  if (path.empty()) return std::make_unique<data::ByteTokenizer>();
+  if (path.empty() || explicit_path == "byte") return std::make_unique<data::ByteTokenizer>();
   return std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(path));
 }
 
@@ -63,6 +65,28 @@ static int32_t sample(std::vector<double> logits, double temperature, int64_t to
   return order[k - 1];
 }
 
+// The ids that end generation, as transformers' generate stops: generation_config.json's
+// eos_token_id where the model has one, else config.json's (an int or a list: Llama 3 Instruct ends
+// on <|eot_id|> and <|end_of_text|>, Qwen instruct on <|im_end|> and <|endoftext|>), and the
+// tokenizer's eos_token.
+static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& config, const data::Tokenizer& tokenizer) {
+  std::vector<int64_t> ids = config.eos_token_ids.empty() ? std::vector<int64_t>{config.eos_token_id} : config.eos_token_ids;
+  const fs::path generation_config = fs::path(dir) / "generation_config.json";
+  if (fs::exists(generation_config)) {
+    const std::string file = generation_config.string();
+    const nlohmann::json g = io::parse_json(io::read_text_file(file, "generation config"), file, "generation config");
+    const nlohmann::json eos = g.is_object() ? g.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    if (eos.is_number_integer()) ids = {eos.get<int64_t>()};
+    else if (eos.is_array() && std::all_of(eos.begin(), eos.end(), [](const auto& id) { return id.is_number_integer(); }))
+      ids = eos.get<std::vector<int64_t>>();
+    else if (!eos.is_null())
+      fail(file, ": eos_token_id must be an integer or a list of integers, got ", io::json_brief(eos));
+  }
+  ids.push_back(tokenizer.eos_id());
+  std::erase_if(ids, [](int64_t id) { return id < 0; });
+  return ids;
+}
+
 std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   INGOT_CHECK(o.max_new_tokens >= 0, "ingot generate: --max-new-tokens must be 0 or more, got ", o.max_new_tokens);
   INGOT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
@@ -75,8 +99,10 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
               tokenizer->vocab_size(), " ids but the model's vocab_size is ", config.vocab_size);
   std::vector<int32_t> tokens = tokenizer->encode(o.prompt);
   if (tokens.empty()) tokens.push_back(tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : 0);
+  // (max_new_tokens clamped first: a value near 2^63 overflowed the sum.)
   const int64_t context = std::min<int64_t>(config.max_position_embeddings,
-                                            static_cast<int64_t>(tokens.size()) + o.max_new_tokens);
+                                            static_cast<int64_t>(tokens.size()) +
+                                                std::min<int64_t>(o.max_new_tokens, config.max_position_embeddings));
   if (static_cast<int64_t>(tokens.size()) > config.max_position_embeddings)
     std::cerr << "warning: the prompt is " << tokens.size() << " tokens, above max_position_embeddings "
               << config.max_position_embeddings << " of " << dir << ": the model sees only its last "
@@ -88,6 +114,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   const Recipe recipe = make_recipe(cuda ? "bf16" : "fp32", ctx.device, {.master_weights = !cuda});
   Transformer model(config, recipe, ctx, 1, context, 1);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  const std::vector<int64_t> stops = stop_ids(dir, config, *tokenizer);
 
   SplitMixRng rng(o.seed);
   std::string text = o.prompt;
@@ -97,19 +124,25 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {
     // Keep the last `context` tokens when the window is full.
     const size_t begin = tokens.size() > static_cast<size_t>(context) ? tokens.size() - context : 0;
-    const std::vector<int32_t> window(tokens.begin() + begin, tokens.end());
+    std::vector<int32_t> window(tokens.begin() + begin, tokens.end());
+    const int64_t length = static_cast<int64_t>(window.size());
+    // On CUDA the window is padded to a multiple of 128 tokens: cuDNN and cuBLASLt plan (and keep)
+    // every shape they meet, and a plan for each length took time and memory at every token. The
+    // padding follows the last token, so under causal attention its logits are the same.
+    const int64_t padded = cuda ? std::min(context, (length + 127) / 128 * 128) : length;
+    window.resize(static_cast<size_t>(padded), 0);
     positions.resize(window.size());
     std::iota(positions.begin(), positions.end(), 0);
     HostBatch batch;
     batch.input_ids = window.data();
     batch.positions = positions.data();
-    model.load_batch(batch, static_cast<int64_t>(window.size()));
-    std::vector<double> logits = model.forward_last_logits();
+    model.load_batch(batch, padded);
+    std::vector<double> logits = model.forward_logits_at(length - 1);
     // A model's vocabulary may be padded past the tokenizer's (Qwen: 151936 against 151665 ids):
     // ids no text maps to are never sampled.
     logits.resize(static_cast<size_t>(tokenizer->vocab_size()));
     const int32_t next = sample(logits, o.temperature, o.top_k, rng);
-    if (next == tokenizer->eos_id()) break;
+    if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     tokens.push_back(next);
     const std::string piece = stream.push(next);
     text += piece;
