@@ -15,6 +15,7 @@
 
 #include "ingot/core/dtype.h"
 #include "ingot/core/error.h"
+#include "ingot/io/json_util.h"
 #include "ingot/io/safetensors.h"
 #include "test_util.h"
 
@@ -257,6 +258,23 @@ TEST_F(SafeTensorsBadInput, HeaderNotJson) {
   expect_open_error(path("garbage.safetensors"), {"garbage.safetensors", "not valid JSON"});
   write_raw(path("array.safetensors"), "[1,2]", "");
   expect_open_error(path("array.safetensors"), {"array.safetensors", "object"});
+}
+
+// JSON nested 100k deep (a header, a config.json value, a tokenizer.json) overflowed the stack when an
+// error message printed it: such text is refused before parsing, and a deep value prints briefly.
+TEST_F(SafeTensorsBadInput, DeeplyNestedJson) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write_raw(path("deep.safetensors"), R"({"a":)" + deep + "}", "");
+  expect_open_error(path("deep.safetensors"), {"deep.safetensors", "deeper than 512 levels"});
+  // Brackets inside strings do not count.
+  EXPECT_NO_THROW(io::check_json_nesting("[\"" + std::string(1000, '[') + "\\\"\"]", "s", "test"));
+  const std::string msg = test::error_of([&] { io::parse_json(deep, "config.json", "model config"); });
+  EXPECT_NE(msg.find("model config config.json nests arrays or objects deeper than 512 levels"), std::string::npos) << msg;
+
+  nlohmann::json value = nlohmann::json::array();
+  for (int i = 0; i < 100000; ++i) value = nlohmann::json::array({std::move(value)});
+  EXPECT_EQ(io::json_brief(value), "[[[[[[[[[...]]]]]]]]]");
+  EXPECT_EQ(io::json_brief(nlohmann::json{{"a", 1}, {"b", "x"}}), R"({"a":1,"b":"x"})");
 }
 
 TEST_F(SafeTensorsBadInput, UnknownDtype) {

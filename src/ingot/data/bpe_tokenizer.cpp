@@ -24,6 +24,7 @@
 
 #include "ingot/core/error.h"
 #include "ingot/data/unicode_nfc.h"
+#include "ingot/io/json_util.h"
 
 namespace ingot::data {
 namespace {
@@ -285,7 +286,7 @@ std::string read_text_file(const std::string& path) {
 std::string json_type(const json& node) {
   if (node.is_object() && node.contains("type") && node["type"].is_string())
     return node["type"].get<std::string>();
-  return node.dump().substr(0, 80);
+  return io::json_brief(node);
 }
 
 void load_normalizer(BpeTokenizerImpl& t, const json& node) {
@@ -358,7 +359,9 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   t->path = path.string();
   json root;
   try {
-    root = json::parse(read_text_file(t->path));
+    const std::string text = read_text_file(t->path);
+    io::check_json_nesting(text, t->path, "tokenizer");
+    root = json::parse(text);
   } catch (const json::exception& e) {
     fail(t->path, ": not valid JSON: ", e.what());
   }
@@ -511,7 +514,9 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   const fs::path config = path.parent_path() / "tokenizer_config.json";
   if (fs::exists(config)) {
     try {
-      const json c = json::parse(read_text_file(config.string()));
+      const std::string text = read_text_file(config.string());
+      io::check_json_nesting(text, config.string(), "tokenizer config");
+      const json c = json::parse(text);
       std::string eos;
       if (c.contains("eos_token") && c["eos_token"].is_string()) eos = c["eos_token"].get<std::string>();
       else if (c.contains("eos_token") && c["eos_token"].is_object()) eos = c["eos_token"].value("content", "");

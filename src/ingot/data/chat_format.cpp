@@ -10,6 +10,7 @@
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/unicode_nfc.h"
+#include "ingot/io/json_util.h"
 
 namespace ingot::data {
 
@@ -260,9 +261,11 @@ ChatFormat load_chat_format(const std::string& path) {
   if (fs::is_directory(file)) file /= "tokenizer_config.json";
   std::ifstream in(file, std::ios::binary);
   if (!in) fail("chat format: cannot open ", file.string());
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  io::check_json_nesting(text, file.string(), "chat format:");
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(in);
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("chat format: ", file.string(), " is not valid JSON: ", e.what());
   }

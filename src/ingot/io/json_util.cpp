@@ -25,7 +25,27 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return text.str();
 }
 
+void check_json_nesting(std::string_view text, const std::string& source, const std::string& what) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonNesting)
+        fail(what, " ", source, " nests arrays or objects deeper than ", kMaxJsonNesting, " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 nlohmann::json parse_json(const std::string& text, const std::string& source, const std::string& what) {
+  check_json_nesting(text, source, what);
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
@@ -33,16 +53,42 @@ nlohmann::json parse_json(const std::string& text, const std::string& source, co
   }
 }
 
+namespace {
+
+constexpr size_t kBriefMax = 80;
+
+// Appends value to out until out passes kBriefMax characters; levels past the eighth print as
+// [...] or {...}. (dump() recurses without bound: a value nested 100k deep overflowed the stack.)
+void append_brief(const nlohmann::json& value, int depth, std::string& out) {
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;  // invalid UTF-8: this is a message
+  if (!value.is_structured()) {
+    out += value.dump(-1, ' ', false, kReplace);
+    return;
+  }
+  const bool array = value.is_array();
+  if (depth >= 8) {
+    out += array ? "[...]" : "{...}";
+    return;
+  }
+  out += array ? '[' : '{';
+  for (auto it = value.begin(); it != value.end() && out.size() <= kBriefMax; ++it) {
+    if (it != value.begin()) out += ',';
+    if (!array) out += nlohmann::json(it.key()).dump(-1, ' ', false, kReplace) + ':';
+    append_brief(*it, depth + 1, out);
+  }
+  out += array ? ']' : '}';
+}
+
+}  // namespace
+
 std::string json_brief(const nlohmann::json& value) {
   std::string text;
   try {
-    // Replace invalid UTF-8 rather than throw: this only feeds an error message.
-    text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    append_brief(value, 0, text);
   } catch (const nlohmann::json::exception&) {
     text = "<unprintable>";
   }
-  constexpr size_t kMax = 80;
-  if (text.size() > kMax) text = text.substr(0, kMax) + "...";
+  if (text.size() > kBriefMax) text = text.substr(0, kBriefMax) + "...";
   return text;
 }
 

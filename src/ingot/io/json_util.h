@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -14,7 +15,14 @@ namespace ingot::io {
 // Reads a whole file into memory; errors name the path and the OS reason.
 std::string read_text_file(const std::string& path, const std::string& what);
 
-// Parses JSON text; `source` names the file and `what` the document ("config", "index") in errors.
+// JSON nested deeper than this is refused before parsing: printing or walking such a value
+// recurses once a level, and a file of 100k nested brackets overflowed the stack. Real files
+// (configs, tokenizers, safetensors headers) nest a few levels.
+inline constexpr int kMaxJsonNesting = 512;
+void check_json_nesting(std::string_view text, const std::string& source, const std::string& what);
+
+// Parses JSON text (after check_json_nesting); `source` names the file and `what` the document
+// ("config", "index") in errors.
 nlohmann::json parse_json(const std::string& text, const std::string& source, const std::string& what);
 
 // Short rendering of a value for error messages ("abc" -> "\"abc\"", long arrays clipped).

@@ -287,6 +287,7 @@ void parse_safetensors_header(const MappedFile& file, std::vector<SafeTensorInfo
       duplicate = parsed.get<std::string>();
     return true;
   };
+  check_json_nesting(header_text, path, "safetensors header of");
   try {
     header = json::parse(header_text, on_event);
   } catch (const json::exception& e) {
