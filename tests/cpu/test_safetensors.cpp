@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,22 @@ TEST(SafeTensors, RoundTripEveryDtype) {
   HostTensor<double> rs(DType::f64, {});
   reader.read_into("s.scalar", rs.tensor);
   EXPECT_EQ(rs.storage[0], 3.25);
+}
+
+// A finite weight beyond f16's range is refused by name before anything is written (it became inf,
+// and the export was then refused by its readers); 65504 and values that round to it pass.
+TEST(SafeTensors, F16RangeIsChecked) {
+  const std::string path = test::temp_dir("safetensors_f16_range") + "/m.safetensors";
+  HostTensor<float> ok(DType::f32, {3});
+  ok.storage = {65504.0f, -65519.0f, std::numeric_limits<float>::infinity()};
+  write_safetensors(path, {{"ok", ok.tensor, DType::f16}});
+  HostTensor<float> big(DType::f32, {2});
+  big.storage = {1.0f, 1e5f};
+  fs::remove(path);
+  test::expect_error([&] { write_safetensors(path, {{"model.norm.weight", big.tensor, DType::f16}}); },
+                     {"tensor \"model.norm.weight\"", "element 1 = 100000", "beyond f16's range", "bf16 or f32"});
+  EXPECT_FALSE(fs::exists(path));
+  write_safetensors(path, {{"model.norm.weight", big.tensor, DType::bf16}});
 }
 
 TEST(SafeTensors, F64ToBf16RoundsOnce) {

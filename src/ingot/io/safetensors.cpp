@@ -543,6 +543,18 @@ std::vector<const TensorToWrite*> sorted_checked(const std::string& path, const 
       fail(where, ": cannot convert ", dtype_name(t.tensor.dtype), " to ", safetensors_dtype_name(t.dtype_on_disk));
     for (int d = 0; d < t.tensor.ndim; ++d)
       if (t.tensor.shape[d] < 0) fail(where, ": negative dimension in shape ", t.tensor.shape_string());
+    if (t.dtype_on_disk == DType::f16 && is_float(t.tensor.dtype) && t.tensor.dtype != DType::f16) {
+      // f16 tops out at 65504: a larger finite weight would be written as inf (an export another
+      // reader, Ingot included, then refuses). Values from 65520 up round to inf.
+      const auto* bytes = static_cast<const unsigned char*>(t.tensor.data);
+      for (int64_t j = 0; j < t.tensor.numel(); ++j) {
+        const double v = t.tensor.dtype == DType::f64   ? load_unaligned<double>(bytes + 8 * j)
+                         : t.tensor.dtype == DType::f32 ? load_unaligned<float>(bytes + 4 * j)
+                                                        : bf16_to_f32(load_unaligned<uint16_t>(bytes + 2 * j));
+        if (std::isfinite(v) && std::fabs(v) >= 65520.0)
+          fail(where, ": element ", j, " = ", v, " is beyond f16's range (largest 65504); write bf16 or f32 instead");
+      }
+    }
     if (t.tensor.dtype == DType::i64 && t.dtype_on_disk == DType::i32) {
       // Narrowing can fail on a value; check now rather than after other shards are written.
       for (int64_t j = 0; j < t.tensor.numel(); ++j) {
