@@ -494,6 +494,12 @@ TEST(DataLoader, ResolvesGlobsDirectoriesAndFiles) {
   EXPECT_NE(msg.find("val-*.bin"), std::string::npos) << msg;
   msg = error_of([&] { resolve_shard_paths({dir + "/nope.bin"}); });
   EXPECT_NE(msg.find("nope.bin"), std::string::npos) << msg;
+  // A shard reached twice would be trained twice, and validation would hold training text.
+  msg = error_of([&] { resolve_shard_paths({dir, dir + "/./train-00001.bin"}); });
+  EXPECT_NE(msg.find("data: shard " + dir + "/./train-00001.bin is listed twice in train_data (also as " + dir +
+                     "/train-00001.bin)"), std::string::npos) << msg;
+  msg = error_of([&] { resolve_shard_paths({dir + "/train-00000.bin", dir + "/train-00000.bin"}); });
+  EXPECT_NE(msg.find("is listed twice in train_data; each shard"), std::string::npos) << msg;
 }
 
 // A directory's meta.json from `ingot prepare` lists its shards: a missing shard, one of another

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -106,6 +107,17 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
     }
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
+  }
+  // A shard reached twice (a directory and one of its files, two globs, a symlink) would be trained
+  // twice, and validation (the stream's tail) would hold training text.
+  std::map<fs::path, std::string> seen;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    const fs::path real = fs::weakly_canonical(file, ec);
+    const auto [it, inserted] = seen.emplace(ec ? fs::path(file) : real, file);
+    if (!inserted)
+      fail("data: shard ", file, " is listed twice in train_data", it->second == file ? "" : " (also as " + it->second + ")",
+           "; each shard may be named once");
   }
   return files;
 }
