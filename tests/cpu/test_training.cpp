@@ -989,6 +989,25 @@ TEST_F(Training, InitStdWithAModelToLoadIsRefused) {
   EXPECT_EQ(0, train(config, "ft", "", &out)) << out;
 }
 
+// model: a run's output_dir means its newest checkpoint (as for generate, export and info); a
+// file is refused by name; and a model inside the output_dir that --overwrite replaces is refused
+// before the old run is moved aside (its weights then "did not exist").
+TEST_F(Training, ModelMayBeARunButNotInsideTheRunOverwritten) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 1), "run", "", &out)) << out;
+  std::string config = tiny_config(data, root + "/ft", 1, 0);
+  config = config.substr(config.find("train_data"));
+  ASSERT_EQ(0, train("model: " + root + "/run\n" + config, "ft", "", &out)) << out;
+  EXPECT_NE(out.find("model: " + root + "/run/checkpoint-2 (the newest checkpoint of " + root + "/run)"), std::string::npos) << out;
+  EXPECT_NE(0, train("model: " + root + "/run/checkpoint-2/model.safetensors\n" + config, "ft", "--overwrite", &out));
+  EXPECT_NE(out.find("checkpoint-2/model.safetensors is a file; give the directory that holds config.json"),
+            std::string::npos) << out;
+  EXPECT_NE(0, train("model: " + root + "/ft/checkpoint-1\n" + config, "ft", "--overwrite", &out));
+  EXPECT_NE(out.find("model " + root + "/ft/checkpoint-1 is inside output_dir " + root + "/ft, which --overwrite replaces"),
+            std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root + "/ft/checkpoint-1/model.safetensors"));
+}
+
 TEST_F(Training, MissingOrMismatchedWeights) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;

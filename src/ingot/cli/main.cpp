@@ -144,11 +144,10 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   const DType dtype = io::parse_disk_dtype(dtype_name);
   const int64_t max_shard_bytes = io::parse_byte_size(max_shard);
   // Replacing the output deletes it: never when the checkpoint being read is it or lies inside it.
-  const fs::path source_path = fs::weakly_canonical(dir), out_path = fs::weakly_canonical(out_dir);
-  if (std::mismatch(out_path.begin(), out_path.end(), source_path.begin(), source_path.end()).first == out_path.end())
+  if (is_same_or_inside(dir, out_dir))
     fail("export: output ", out_dir, " is the checkpoint ", dir, " or a directory holding it; choose another output");
   // An export inside the checkpoint would be deleted with it when the run's rotation drops it.
-  if (std::mismatch(source_path.begin(), source_path.end(), out_path.begin(), out_path.end()).first == source_path.end())
+  if (is_same_or_inside(out_dir, dir))
     fail("export: output ", out_dir, " lies inside the checkpoint ", dir,
          ", and would be deleted with it when checkpoints rotate; choose a directory outside it");
   if (fs::exists(out_dir) && !fs::is_directory(out_dir))

@@ -65,10 +65,18 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
 
 std::string resolve_model_dir(const std::string& path) {
   if (!fs::exists(path)) fail("no such model or checkpoint: ", path);
-  if (fs::exists(fs::path(path) / "config.json") || fs::is_regular_file(path)) return path;
+  // A file (model.safetensors, config.json) was read as a folder's config.json or shard index.
+  if (!fs::is_directory(path))
+    fail(path, " is a file; give the directory that holds config.json and the weights (or a run's output_dir)");
+  if (fs::exists(fs::path(path) / "config.json")) return path;
   const auto checkpoints = list_checkpoints(path);
   if (checkpoints.empty()) fail(path, " holds neither config.json nor checkpoint-* directories");
   return checkpoints.back();
+}
+
+bool is_same_or_inside(const std::string& path, const std::string& dir) {
+  const fs::path inner = fs::weakly_canonical(path), outer = fs::weakly_canonical(dir);
+  return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
 }
 
 std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,

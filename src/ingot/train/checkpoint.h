@@ -46,6 +46,8 @@ std::vector<std::string> list_checkpoints(const std::string& output_dir);
 std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive);
 // A checkpoint or model directory as given, or the newest checkpoint of a run's output_dir.
 std::string resolve_model_dir(const std::string& path);
+// Whether `path` is `dir` or lies inside it, compared as weakly canonical paths.
+bool is_same_or_inside(const std::string& path, const std::string& dir);
 
 // The trainable weights at full precision as a host f32/f64 flat buffer (master copy if present).
 std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW* optimizer, DType* dtype);

@@ -23,7 +23,7 @@ namespace ingot {
 
 const std::vector<ConfigKeyInfo>& train_config_keys() {
   static const std::vector<ConfigKeyInfo> keys = {
-      {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors)"},
+      {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors), a checkpoint, or a run's output_dir (its newest checkpoint)"},
       {"model_config", "\"\"", "architecture for training from scratch: path to a config.json, or an inline mapping of its keys"},
       {"train_data", "[]", "token shards: files, directories or globs (string or list)"},
       {"val_fraction", "0.05", "share of sequences held out for validation"},

@@ -313,10 +313,19 @@ AdamWConfig adamw_config(const TrainConfig& c) {
   return adam;
 }
 
-TrainResult run_training(const TrainConfig& c, const TrainOptions& options, std::ostream& log) {
+TrainResult run_training(const TrainConfig& config, const TrainOptions& options, std::ostream& log) {
   // SIGINT and SIGTERM end the run after the step in hand, with a checkpoint; one that comes while
   // the run is being set up stops it before its first step (and puts back a run --overwrite set aside).
   const StopSignals stop;
+  // model: a run's output_dir means its newest checkpoint, as for generate, export and info.
+  TrainConfig c = config;
+  if (!c.model.empty() && (c.model = resolve_model_dir(config.model)) != config.model)
+    log << "model: " << c.model << " (the newest checkpoint of " << config.model << ")\n";
+  // --overwrite moves the old run aside before the weights are read, so they would be missing.
+  if (!c.model.empty() && options.overwrite && !options.resume &&
+      is_same_or_inside(c.model, c.output_dir))
+    fail(c.source_of({"model"}), ": model ", c.model, " is inside output_dir ", c.output_dir,
+         ", which --overwrite replaces; copy it elsewhere first, or train into another output_dir");
   const ModelConfig model_config = resolve_model_config(c);
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
