@@ -140,6 +140,12 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
   EXPECT_NE(message.find("x.yaml (model_config): unknown key \"num_key_valu_heads\"; did you mean \"num_key_value_heads\"?"),
             std::string::npos)
       << message;
+  // Given by --set, the error names the flag, not the file.
+  const std::string flag = "model_config={model_type: llama, vocab_size: 257, hidden_size: 32, intermediate_size: 48, "
+                           "num_hidden_layers: 1, num_attention_heads: 4, num_key_valu_heads: 2}";
+  const TrainConfig by_flag = parse_train_config(model + "train_data: d\n", "x.yaml", {flag});
+  const std::string from_flag = error_message([&] { resolve_model_config(by_flag); });
+  EXPECT_NE(from_flag.find("--set " + flag + " (model_config): unknown key \"num_key_valu_heads\""), std::string::npos) << from_flag;
 }
 
 TEST(TrainConfig, GradAndOptimizerStateDtypes) {

@@ -533,6 +533,20 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
 // A checkpoint written by a bf16 run on a GPU and resumed on the CPU (fp32): the log says the
 // weights and moments are converted. The CPU cannot train bf16, so the checkpoint's record is
 // edited to say what a CUDA run writes.
+// A resumed run keeps its architecture: a change that alters no shape (rope_theta here) was taken
+// silently, the loss jumped, and the run's checkpoints disagreed on config.json.
+TEST_F(Training, ResumeRefusesAnotherArchitecture) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "", &out)) << out;
+  std::string changed = tiny_config(data, root + "/run", 3, 0);
+  changed.replace(changed.find("  vocab_size"), 0, "  rope_theta: 500000.0\n");
+  EXPECT_NE(0, train(changed, "changed", "--resume", &out));
+  EXPECT_NE(out.find("changed.yaml: --resume: rope_theta is 500000.0 in this run's model but 10000.0 in " + root +
+                     "/run/checkpoint-2/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3"));
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
+}
+
 TEST_F(Training, ResumeNamesAChangedPrecision) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;

@@ -377,7 +377,7 @@ ModelConfig resolve_model_config(const TrainConfig& c) {
   ModelConfig model;
   if (!c.model.empty()) model = load_model_config(c.model);
   else if (c.model_config_inline) {
-    const std::string source = c.source + " (model_config)";
+    const std::string source = c.source_of({"model_config"}) + " (model_config)";
     const nlohmann::json inline_config = nlohmann::json::parse(c.model_config);
     const std::vector<std::string>& known = model_config_keys();
     for (const auto& [key, value] : inline_config.items()) {

@@ -280,6 +280,23 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
 
 // Loads checkpoint dir into the model and optimizer; returns its trainer_state.json, whose "step"
 // and "data" are checked (the data cursor is restored by the caller).
+// A resumed run keeps the architecture it was trained with. Shapes are checked as the weights load;
+// this covers what changes the math without changing a shape (rope_theta, rms_norm_eps, rope
+// scaling, max_position_embeddings), which resumed with a jump in the loss and config.json files
+// that differ between checkpoints of one run. Token ids, the init std and the dtype may differ.
+void check_same_architecture(const std::string& checkpoint, const ModelConfig& now, const TrainConfig& c) {
+  const nlohmann::json saved = nlohmann::json::parse(model_config_to_json(load_model_config(checkpoint)));
+  const nlohmann::json current = nlohmann::json::parse(model_config_to_json(now));
+  for (const auto& [key, value] : saved.items()) {
+    if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "torch_dtype") continue;
+    const nlohmann::json other = current.value(key, nlohmann::json());
+    if (value != other)
+      fail(c.source_of({"model", "model_config"}), ": --resume: ", key, " is ", other.dump(), " in this run's model but ",
+           value.dump(), " in ", (fs::path(checkpoint) / "config.json").string(),
+           "; a resumed run keeps its architecture (to change it, start a new run with model: ", checkpoint, ")");
+  }
+}
+
 nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
   const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
@@ -417,6 +434,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
            " out of ", c.output_dir, ")");
     }
+    check_same_architecture(dir, model_config, c);
     loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
     log << "resumed from " << dir << " at step " << start_step << "\n";
