@@ -867,6 +867,27 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
 
+// A config.json whose sizes need more host memory than there is (a typo in intermediate_size) is
+// named; export printed "error: std::bad_alloc".
+TEST_F(Training, ExportNamesTheMemoryAConfigAsksFor) {
+  const std::string model = root + "/huge";
+  fs::create_directories(model);
+  fs::copy_file(ingot::test::source_dir() + "/tests/fixtures/llama/model.safetensors", model + "/model.safetensors");
+  nlohmann::json config = nlohmann::json::parse(read_file(ingot::test::source_dir() + "/tests/fixtures/llama/config.json"));
+  config["hidden_size"] = 8192;
+  config["head_dim"] = 128;
+  config["num_attention_heads"] = 64;
+  config["num_key_value_heads"] = 8;
+  config["intermediate_size"] = 1048576;
+  config["num_hidden_layers"] = 40;
+  write_file(model + "/config.json", config.dump());
+  std::string out;
+  EXPECT_NE(0, run_command("ulimit -v 4000000; " + cli() + " export " + model + " " + root + "/out", &out));
+  EXPECT_NE(out.find("export: out of host memory allocating"), std::string::npos) << out;
+  EXPECT_NE(out.find("parameters that " + model + "/config.json describes"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
 TEST_F(Training, ExportGenerateAndInfo) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;

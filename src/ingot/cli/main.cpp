@@ -165,7 +165,14 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   }
   Context ctx;
   const auto entries = plan_parameters(config);
-  std::vector<float> host(static_cast<size_t>(total_numel(entries)), 0.0f);
+  // f32 on the host, whatever the dtype on disk; config.json's sizes set how much.
+  std::vector<float> host;
+  try {
+    host.assign(static_cast<size_t>(total_numel(entries)), 0.0f);
+  } catch (const std::bad_alloc&) {
+    fail("export: out of host memory allocating ", format_bytes(total_numel(entries) * 4), " for the ",
+         count_parameters(config), " parameters that ", (fs::path(dir) / "config.json").string(), " describes");
+  }
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
   // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
@@ -356,6 +363,9 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const fs::filesystem_error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of host memory\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
