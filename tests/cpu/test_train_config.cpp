@@ -90,6 +90,13 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
     return std::string("no error");
   };
   EXPECT_NE(message(std::string(kMinimal) + "max_step: 3\n").find("did you mean \"max_steps\""), std::string::npos);
+  // Keys of Hugging Face's TrainingArguments get Ingot's name for them, not a far-off suggestion.
+  EXPECT_NE(message(std::string(kMinimal) + "num_train_epochs: 3\n").find("unknown key \"num_train_epochs\"; Ingot counts steps: set max_steps"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "per_device_train_batch_size: 8\n").find("Ingot's key is micro_batch_size"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal), {"lr=1e-3"}).find("--set lr=1e-3: unknown key \"lr\"; Ingot's key is learning_rate"),
+            std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "micro_batch_size: many\n").find("micro_batch_size"), std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "micro_batch_size: 0\n").find("between 1 and 1048576, got 0"), std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "lr_scheduler_type: exotic\n").find("exotic"), std::string::npos);

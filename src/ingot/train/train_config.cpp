@@ -251,10 +251,44 @@ std::map<std::string, Setter> make_setters() {
   return s;
 }
 
+// Keys of Hugging Face TrainingArguments (and other trainers) that people carry over, with what
+// Ingot calls them: edit distance finds typos, not these.
+const char* key_from_another_trainer(const std::string& key) {
+  static const std::map<std::string, const char*> hints = {
+      {"num_train_epochs", "Ingot counts steps: set max_steps (one epoch is the number of train windows or rows the "
+                           "log's data line gives, divided by micro_batch_size × gradient_accumulation_steps)"},
+      {"epochs", "Ingot counts steps: set max_steps"},
+      {"max_epochs", "Ingot counts steps: set max_steps"},
+      {"per_device_train_batch_size", "Ingot's key is micro_batch_size"},
+      {"batch_size", "Ingot's keys are micro_batch_size and gradient_accumulation_steps"},
+      {"train_batch_size", "Ingot's keys are micro_batch_size and gradient_accumulation_steps"},
+      {"warmup_ratio", "Ingot's key is warmup_steps (a number of steps)"},
+      {"lr", "Ingot's key is learning_rate"},
+      {"max_seq_length", "Ingot's key is sequence_len"},
+      {"max_length", "Ingot's key is sequence_len"},
+      {"block_size", "Ingot's key is sequence_len"},
+      {"seq_len", "Ingot's key is sequence_len"},
+      {"model_name_or_path", "Ingot's key is model (a local directory)"},
+      {"train_file", "Ingot's key is train_data (shards from ingot prepare)"},
+      {"dataset", "Ingot's key is train_data (shards from ingot prepare)"},
+      {"gradient_checkpointing", "Ingot's key is recompute (none, elementwise or block)"},
+      {"bf16", "Ingot's key is precision (bf16 or fp32)"},
+      {"fp16", "Ingot's key is precision (bf16 or fp32)"},
+      {"save_strategy", "Ingot saves every save_steps steps"},
+      {"eval_strategy", "Ingot evaluates every eval_steps steps"},
+      {"evaluation_strategy", "Ingot evaluates every eval_steps steps"},
+      {"lr_scheduler", "Ingot's key is lr_scheduler_type"},
+      {"optim", "Ingot trains with AdamW; its keys are adam_beta1, adam_beta2, adam_epsilon and weight_decay"},
+  };
+  const auto it = hints.find(key);
+  return it == hints.end() ? nullptr : it->second;
+}
+
 void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters, const std::string& key,
                const YAML::Node& value, const std::string& where) {
   auto it = setters.find(key);
   if (it == setters.end()) {
+    if (const char* hint = key_from_another_trainer(key)) fail(where, ": unknown key \"", key, "\"; ", hint);
     std::vector<std::string> known;
     for (const auto& [name, setter] : setters) known.push_back(name);
     const std::string suggestion = closest_key(key, known);
