@@ -495,6 +495,30 @@ TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
   EXPECT_EQ(read_file(before + "/model.safetensors"), read_file(after + "/model.safetensors")) << *later;
   EXPECT_EQ(read_file(before + "/optimizer.safetensors"), read_file(after + "/optimizer.safetensors")) << *later;
   EXPECT_NE(out.find("final loss"), std::string::npos) << out;
+  // A run whose last step had no targets gives its final loss with the step it is of.
+  int64_t last_trained = *later - 1;
+  while (last_trained > 0 && std::find(skipped.begin(), skipped.end(), last_trained) != skipped.end()) --last_trained;
+  ASSERT_GT(last_trained, 0) << "no trained step before step " << *later << "; change the data";
+  ASSERT_EQ(0, train(tiny_config(root + "/masked", root + "/short", *later, 0), "short",
+                     "--set packing=padded --set micro_batch_size=1 --set gradient_accumulation_steps=1 --set eval_steps=0", &out)) << out;
+  const size_t done = out.find("done: step " + std::to_string(*later) + " of " + std::to_string(*later) + ", final loss ");
+  ASSERT_NE(done, std::string::npos) << out;
+  const std::string done_line = out.substr(done, out.find('\n', done) - done);
+  EXPECT_TRUE(done_line.ends_with(" (step " + std::to_string(last_trained) + ")")) << done_line;
+}
+
+// Settings that quietly do less than they say get a line: a warm-up as long as the run (the peak
+// learning rate is never reached), and eval_steps without validation data.
+TEST_F(Training, NamesAWarmupLongerThanTheRunAndEvaluationWithoutData) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "--set warmup_steps=4 --set val_fraction=0", &out)) << out;
+  EXPECT_NE(out.find("warning: --set warmup_steps=4: warmup_steps 4 is not below max_steps 2: the learning rate never "
+                     "reaches learning_rate 0.01 (at most 0.0025)"), std::string::npos) << out;
+  EXPECT_NE(out.find("note: --set val_fraction=0: no validation data (val_fraction 0), so eval_steps 3 evaluates nothing"),
+            std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--overwrite --set warmup_steps=2", &out)) << out;
+  EXPECT_EQ(out.find("warmup_steps 2 is not below"), std::string::npos) << out;
+  EXPECT_EQ(out.find("evaluates nothing"), std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

@@ -50,7 +50,10 @@ int command_train(const std::string& config_path, const std::vector<std::string>
     return 128 + result.stopped_by;
   }
   std::cout << "done: step " << result.steps << " of " << config.max_steps;
-  if (result.final_loss) std::cout << ", final loss " << *result.final_loss;
+  if (result.final_loss) {
+    std::cout << ", final loss " << *result.final_loss;
+    if (result.final_loss_step != result.steps) std::cout << " (step " << result.final_loss_step << ")";
+  }
   if (result.final_val_loss) std::cout << ", val_loss " << *result.final_val_loss;
   std::cout << "\ncheckpoint: " << result.checkpoint_dir << "\nmetrics: " << (fs::path(config.output_dir) / "metrics.jsonl").string()
             << "\nplot: " << (fs::path(config.output_dir) / "loss.svg").string() << "\n";

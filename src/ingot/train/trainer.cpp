@@ -394,6 +394,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
   for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
     log << "warning: " << c.source << ": " << warning << "\n";
+  if (c.warmup_steps >= c.max_steps)
+    log << "warning: " << c.source_of({"warmup_steps", "max_steps"}) << ": warmup_steps " << c.warmup_steps
+        << " is not below max_steps " << c.max_steps << ": the learning rate never reaches learning_rate " << c.learning_rate
+        << " (at most " << c.learning_rate * static_cast<double>(c.max_steps - 1) / static_cast<double>(c.warmup_steps)
+        << ")\n";
+  if (c.eval_steps > 0 && loader.num_val_windows() == 0)
+    log << "note: " << c.source_of({"eval_steps", "val_fraction"}) << ": no validation data (val_fraction "
+        << c.val_fraction << "), so eval_steps " << c.eval_steps << " evaluates nothing\n";
   if (T > model_config.max_position_embeddings)
     log << "warning: " << c.source_of({"sequence_len"}) << ": sequence_len " << T << " is above max_position_embeddings "
         << model_config.max_position_embeddings << " ("
@@ -509,6 +517,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   };
   auto t_window = t_start;
   int64_t window_steps = 0;
+  double window_saving_s = 0;  // time the window spent saving checkpoints: not training, not in tokens/s
   const double elapsed_before = metrics.records().empty() ? 0.0 : metrics.records().back().elapsed_s;
 
   // A step is launched, then the previous one is finished (its loss read, logged): the GPU
@@ -528,12 +537,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     if (loss) {
       ++window_steps;
       result.final_loss = *loss;
+      result.final_loss_step = done;
     }
     const bool last = done == c.max_steps;
     const bool do_eval = evaluates(done);
     const bool do_log = last || done % c.logging_steps == 0 || do_eval || stop.received() || !loss;
     if (do_log) {
-      const double window_s = seconds_since(t_window);
+      const double window_s = seconds_since(t_window) - window_saving_s;
       const double elapsed = elapsed_before + seconds_since(t_start);
       MetricsRecord r;
       r.step = done;
@@ -561,11 +571,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       log << std::endl;
       metrics.append(r);
       if (loss) {
-        t_window = std::chrono::steady_clock::now();
+        t_window = std::chrono::steady_clock::now();  // after the evaluation: it is not counted either
         window_steps = 0;
+        window_saving_s = 0;
       }
     }
-    if (saves(done)) save(done);
+    if (saves(done)) {
+      const auto t_save = std::chrono::steady_clock::now();
+      save(done);
+      window_saving_s += seconds_since(t_save);
+    }
     result.steps = done;
   };
   auto finish_oldest = [&]() {

@@ -21,6 +21,7 @@ struct TrainResult {
   int64_t steps = 0;  // the step the run reached (with nothing to do: its checkpoint's)
   // Of this invocation's last step with a loss and its last evaluation; none when it had none.
   std::optional<double> final_loss, final_val_loss;
+  int64_t final_loss_step = 0;  // the step final_loss is of (a later step may have had no targets)
   std::string checkpoint_dir;
   int stopped_by = 0;  // SIGINT or SIGTERM when one ended the run before max_steps (StopSignals)
 };
