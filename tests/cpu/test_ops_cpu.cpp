@@ -1615,7 +1615,8 @@ TEST(CpuOps, RejectsBadArgumentsNamingTheOp) {
 
 // ---- speed (printed, never asserted) --------------------------------------------------------------
 
-// A linear layer of the CPU demo's width: N = 2048 tokens, 256 -> 768. Prints GFLOP/s for the
+// A linear layer at the CPU demo's hidden width: N = 2048 tokens, 256 -> 768 (between the demo's qkv
+// and gate/up widths). Prints GFLOP/s for the
 // forward, din and dweight GEMMs at 1 and 2 threads.
 TEST(CpuOpsPerf, LinearGflops) {
   const int64_t N = 2048, I = 256, O = 768;

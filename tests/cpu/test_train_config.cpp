@@ -142,6 +142,11 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
                             "  intermediate_size: 48\n  num_hidden_layers: 1\n  num_attention_heads: 4\n";
   const TrainConfig ok = parse_train_config(model + "  num_key_value_heads: 2\ntrain_data: d\n", "x.yaml");
   EXPECT_EQ(resolve_model_config(ok).num_key_value_heads, 2);
+  // The bookkeeping keys of a real config.json (docs/formats.md lists them) paste in.
+  const TrainConfig pasted = parse_train_config(
+      model + "  pad_token_id: 0\n  transformers_version: 4.57.1\n  use_cache: true\n  architectures: [LlamaForCausalLM]\n"
+              "train_data: d\n", "x.yaml");
+  EXPECT_EQ(resolve_model_config(pasted).hidden_size, 32);
   const TrainConfig typo = parse_train_config(model + "  num_key_valu_heads: 2\ntrain_data: d\n", "x.yaml");
   const std::string message = error_message([&] { resolve_model_config(typo); });
   EXPECT_NE(message.find("x.yaml (model_config): unknown key \"num_key_valu_heads\"; did you mean \"num_key_value_heads\"?"),
@@ -356,8 +361,8 @@ TEST(TrainConfig, Bf16RoundingWarnings) {
 TEST(TrainConfig, EveryKeyIsDocumented) {
   const std::string doc = test::read_file(test::source_dir() + "/docs/config.md");
   for (const ConfigKeyInfo& k : train_config_keys())
-    EXPECT_NE(doc.find("| `" + std::string(k.name) + "` | `" + k.default_value + "` |"), std::string::npos)
-        << k.name << " is missing from docs/config.md or its default differs";
+    EXPECT_NE(doc.find("| `" + std::string(k.name) + "` | `" + k.default_value + "` | " + k.help + " |\n"), std::string::npos)
+        << k.name << " is missing from docs/config.md, or its default or its text differs from --list-keys'";
 }
 
 // The engine switches of the environment: a listed value, or unset/empty; anything else is an error

@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
 
   auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
   BenchOptions bench_options;
-  bench->add_option("--model", bench_options.model, "HF model directory or preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
+  bench->add_option("--model", bench_options.model, "HF model or checkpoint directory, a run's output_dir, or a preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
   bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)");
   bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)");
   bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)");

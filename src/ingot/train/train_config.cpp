@@ -26,8 +26,8 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors), a checkpoint, or a run's output_dir (its newest checkpoint)"},
       {"model_config", "\"\"", "architecture for training from scratch: path to a config.json, or an inline mapping of its keys"},
       {"train_data", "[]", "token shards: files, directories or globs (string or list)"},
-      {"val_fraction", "0.05", "share of sequences held out for validation"},
-      {"sequence_len", "256", "tokens per training sequence"},
+      {"val_fraction", "0.05", "share of sequences (packed and padded data: of documents) held out for validation, below 1"},
+      {"sequence_len", "256", "tokens per training sequence (above the model's `max_position_embeddings` the run warns: RoPE reaches any position, but a pretrained model has not seen them)"},
       {"packing", "auto", "auto (packed for shards with a loss mask, else stream), stream, packed or padded"},
       {"train_on_inputs", "false", "ignore the shards' loss mask and train on every token"},
       {"micro_batch_size", "8", "sequences per forward/backward pass"},
@@ -48,7 +48,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"weight_decay_embeddings", "false", "apply weight decay to the input embedding"},
       {"seed", "42", "seed for initialisation and data order"},
       {"output_dir", "runs/train", "where checkpoints, metrics.jsonl and loss.svg go"},
-      {"logging_steps", "10", "log a line and a metrics.jsonl record every N steps"},
+      {"logging_steps", "10", "log a line and a metrics.jsonl record every N steps (and at every evaluation, the last step, a step with no trained targets and a stop by signal); tokens/s leaves out evaluation and checkpoint saving"},
       {"eval_steps", "0", "validation loss every N steps; 0: only at the end"},
       {"eval_max_batches", "50", "validation micro-batches per evaluation; 0: all"},
       {"save_steps", "0", "checkpoint every N steps; 0: only at the end"},
@@ -63,7 +63,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"recompute", "none", "none; elementwise: recompute the RMSNorm, SwiGLU (and qk-norm/RoPE) outputs during backward instead of keeping them; or block: keep only each block's input and recompute the block's forward during backward"},
       {"num_threads", "0", "CPU threads; 0: all cores"},
       {"logits_chunk_tokens", "0", "tokens per LM-head + loss chunk; 0: automatic"},
-      {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range (refused with model)"},
+      {"init_std", "0.0", "from scratch: std of the normal init; 0: config.json's initializer_range (refused with `model`)"},
   };
   return keys;
 }
