@@ -90,6 +90,12 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
     return std::string("no error");
   };
   EXPECT_NE(message(std::string(kMinimal) + "max_step: 3\n").find("did you mean \"max_steps\""), std::string::npos);
+  // YAML 1.1 reads 010 as 8 and 0x10 as 16: such integers are refused, here and in model_config.
+  EXPECT_NE(message(std::string(kMinimal) + "max_steps: 010\n").find("bad.yaml: key \"max_steps\": 010 is not a plain decimal integer"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal), {"seed=0x10"}).find("--set seed=0x10: key \"seed\": 0x10 is not a plain decimal"),
+            std::string::npos);
+  EXPECT_EQ(message(std::string(kMinimal) + "max_steps: 10\nseed: 0\nwarmup_steps: -0\n"), "no error");
   // Keys of Hugging Face's TrainingArguments get Ingot's name for them, not a far-off suggestion.
   EXPECT_NE(message(std::string(kMinimal) + "num_train_epochs: 3\n").find("unknown key \"num_train_epochs\"; Ingot counts steps: set max_steps"),
             std::string::npos);
@@ -152,6 +158,15 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
   EXPECT_NE(message.find("x.yaml (model_config): unknown key \"num_key_valu_heads\"; did you mean \"num_key_value_heads\"?"),
             std::string::npos)
       << message;
+  // A key given twice, an empty value (null: it read as the default), a non-decimal integer.
+  const std::string twice = error_message([&] { parse_train_config(model + "  hidden_size: 64\ntrain_data: d\n", "x.yaml"); });
+  EXPECT_NE(twice.find("x.yaml: model_config: key \"hidden_size\" is given twice"), std::string::npos) << twice;
+  const std::string empty = error_message([&] { parse_train_config(model + "  rms_norm_eps:\ntrain_data: d\n", "x.yaml"); });
+  EXPECT_NE(empty.find("x.yaml: model_config key \"rms_norm_eps\" has no value"), std::string::npos) << empty;
+  const TrainConfig null_scaling = parse_train_config(model + "  rope_scaling: null\ntrain_data: d\n", "x.yaml");
+  EXPECT_FALSE(resolve_model_config(null_scaling).rope_scaling.enabled);
+  const std::string octal = error_message([&] { parse_train_config(model + "  num_key_value_heads: 02\ntrain_data: d\n", "x.yaml"); });
+  EXPECT_NE(octal.find("model_config.num_key_value_heads: 02 is not a plain decimal integer"), std::string::npos) << octal;
   // Given by --set, the error names the flag, not the file.
   const std::string flag = "model_config={model_type: llama, vocab_size: 257, hidden_size: 32, intermediate_size: 48, "
                            "num_hidden_layers: 1, num_attention_heads: 4, num_key_valu_heads: 2}";

@@ -1,6 +1,7 @@
 #include "ingot/train/train_config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include <glob.h>
 
@@ -96,6 +98,16 @@ std::string closest_key(const std::string& key, const std::vector<std::string>& 
 namespace {
 
 // `where` names the node for errors ("config.yaml: model_config.rope_theta").
+// An integer as people write it: decimal, no leading zero. YAML 1.1 (yaml-cpp) reads 010 as 8 and
+// 0x10 as 16, so max_steps: 010 trained 8 steps.
+void check_plain_integer(const std::string& text, const std::string& where) {
+  const size_t digits = text.find_first_not_of("+-") == 1 ? 1 : 0;
+  const bool plain = text.size() > digits &&
+                     std::all_of(text.begin() + digits, text.end(), [](unsigned char ch) { return std::isdigit(ch); }) &&
+                     (text[digits] != '0' || text.size() == digits + 1);
+  if (!plain) fail(where, ": ", text, " is not a plain decimal integer (YAML would read it in another base); write it without a leading 0 or base prefix");
+}
+
 nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
   switch (node.Type()) {
     case YAML::NodeType::Map: {
@@ -103,6 +115,7 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
       for (const auto& item : node) {
         if (!item.first.IsScalar()) fail(where, ": keys must be plain names");
         const std::string key = item.first.Scalar();
+        if (object.contains(key)) fail(where, ": key \"", key, "\" is given twice");
         object[key] = yaml_to_json(item.second, where + "." + key);
       }
       return object;
@@ -119,7 +132,10 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
       int64_t i;
       double d;
       if (YAML::convert<bool>::decode(node, b) && text != "y" && text != "n") return b;
-      if (YAML::convert<int64_t>::decode(node, i)) return i;
+      if (YAML::convert<int64_t>::decode(node, i)) {
+        check_plain_integer(text, where);
+        return i;
+      }
       if (YAML::convert<double>::decode(node, d)) {
         // JSON has no inf or nan: they would turn into null and then into the key's default.
         if (!std::isfinite(d)) fail(where, " must be a finite number, got ", text);
@@ -147,7 +163,10 @@ template <typename T>
 T scalar_as(const YAML::Node& node, const std::string& key, const std::string& source, const char* type_name) {
   if (!node.IsScalar()) fail(source, ": key \"", key, "\" must be ", type_name);
   try {
-    return node.as<T>();
+    const T value = node.as<T>();
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      check_plain_integer(node.Scalar(), source + ": key \"" + key + "\"");
+    return value;
   } catch (const YAML::Exception&) {
     fail(source, ": key \"", key, "\" must be ", type_name, ", got \"", node.Scalar(), "\"");
   }
@@ -193,7 +212,15 @@ std::map<std::string, Setter> make_setters() {
   str("model", &TrainConfig::model);
   s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     if (n.IsMap()) {
-      c.model_config = yaml_to_json(n, where + ": model_config").dump();
+      const nlohmann::json config = yaml_to_json(n, where + ": model_config");
+      // An empty value reads as null, and a null as the key's default (rms_norm_eps: with the value
+      // forgotten trained with 1e-6): only keys whose null means something may hold one.
+      static const std::set<std::string> nullable = {"rope_scaling", "rope_parameters", "bos_token_id", "eos_token_id",
+                                                     "pad_token_id", "sliding_window", "max_window_layers", "layer_types"};
+      for (const auto& [key, value] : config.items())
+        if (value.is_null() && !nullable.contains(key))
+          fail(where, ": model_config key \"", key, "\" has no value; remove the key to take its default");
+      c.model_config = config.dump();
       c.model_config_inline = true;
     } else {
       c.model_config = scalar_as<std::string>(n, "model_config", where, "a path or a mapping");
