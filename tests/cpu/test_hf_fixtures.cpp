@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 
+#include "ingot/core/error.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/safetensors.h"
 #include "ingot/model/transformer.h"
@@ -126,3 +127,21 @@ TEST_P(HfFixture, ExportThenImportIsExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, HfFixture, ::testing::Values("llama", "qwen2", "qwen3"));
+
+// --max-shard-size: units, one decimal point, and a named error for anything else ("." threw a
+// bare "stod", and "1.5.5MB" was read as 1.5MB).
+TEST(ByteSize, ParsesUnitsAndNamesBadText) {
+  EXPECT_EQ(ingot::io::parse_byte_size("5GB"), 5'000'000'000);
+  EXPECT_EQ(ingot::io::parse_byte_size("1.5MiB"), 1'572'864);
+  EXPECT_EQ(ingot::io::parse_byte_size("100"), 100);
+  EXPECT_EQ(ingot::io::parse_byte_size(".5KB"), 500);
+  for (const std::string& bad : std::vector<std::string>{".", "..5", "1.5.5MB", std::string(300, '9'), "MB", "5XB", "0"}) {
+    std::string message = "no error";
+    try {
+      ingot::io::parse_byte_size(bad);
+    } catch (const ingot::Error& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("\"" + bad + "\""), std::string::npos) << bad << ": " << message;
+  }
+}

@@ -1,6 +1,7 @@
 #include "ingot/io/hf_model.h"
 
 #include <cctype>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -120,10 +121,14 @@ void save_hf_model(const std::string& dir, const ModelConfig& config, const std:
 }
 
 int64_t parse_byte_size(const std::string& text) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  INGOT_CHECK(i > 0, "invalid size \"", text, "\" (expected e.g. 5GB, 500MB or a byte count)");
-  const double number = std::stod(text.substr(0, i));
+  // The number: digits with at most one point, and a digit on some side of it ("." and "1.5.5" are
+  // not numbers; stod took "1.5.5" for 1.5 and threw a bare "stod" on ".").
+  size_t i = 0, digits = 0, points = 0;
+  for (; i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'); ++i)
+    (text[i] == '.' ? points : digits) += 1;
+  INGOT_CHECK(digits > 0 && points <= 1 && digits <= 30, "invalid size \"", text,
+              "\" (expected e.g. 5GB, 1.5GB, 500MB or a byte count)");
+  const double number = std::strtod(text.substr(0, i).c_str(), nullptr);
   std::string unit = text.substr(i);
   for (char& ch : unit) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   double multiplier = 1;
