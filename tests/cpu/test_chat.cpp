@@ -136,6 +136,27 @@ TEST(Chat, TemplateFromChatTemplateJinja) {
   EXPECT_NE(msg.find("has no chat_template, and there is no chat_template.jinja beside it"), std::string::npos) << msg;
 }
 
+// Fields of the wrong type are named with the file (a bare JSON library error before): a bos_token
+// whose content is not text, and named templates whose name or text is not a string.
+TEST(Chat, MistypedTemplateFieldsAreNamed) {
+  const std::string dir = test::temp_dir("chat_mistyped");
+  nlohmann::json config = read_json(fixtures() + "/llama3_tokenizer/tokenizer_config.json");
+  const std::string tmpl = config.at("chat_template").get<std::string>();
+  config["bos_token"] = {{"content", 5}};
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  std::string msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find(dir + "/tokenizer_config.json: bos_token must be a string or an object with a string \"content\", got {\"content\":5}"),
+            std::string::npos) << msg;
+  config["bos_token"] = "<|begin_of_text|>";
+  config["chat_template"] = nlohmann::json::array({{{"name", 1}, {"template", tmpl}}, {{"name", "default"}, {"template", 2}}});
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find("chat_template is not a string"), std::string::npos) << msg;
+  config["chat_template"] = nlohmann::json::array({{{"name", 1}, {"template", 2}}, {{"name", "default"}, {"template", tmpl}}});
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  EXPECT_EQ(load_chat_format(dir).name(), "llama3");
+}
+
 TEST(Chat, UnknownTemplateNamesSupportedFormats) {
   std::string msg = error_of([] {
     chat_format_from_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",

@@ -274,6 +274,12 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
   expect_load_error("duplicate_id", [](json& r) { r["model"]["vocab"]["b"] = 0; }, {"vocab id 0 is given to both"});
   expect_load_error("vocab_list", [](json& r) { r["model"]["vocab"] = json::array({"a", "b"}); },
                     {"model.vocab must be an object"});
+  // A field of the wrong type names the part of the file it is in, without the JSON library's prefix.
+  expect_load_error("merge_ids", [](json& r) { r["model"]["merges"] = json::array({json::array({1, 2})}); },
+                    {"model.merges is not as a tokenizer.json has it: type must be string, but is number"});
+  expect_load_error("special_text", [](json& r) {
+    r["added_tokens"].push_back({{"id", 9}, {"content", "<|x|>"}, {"special", "yes"}});
+  }, {"added_tokens is not as a tokenizer.json has it: type must be boolean, but is string"});
   EXPECT_THROW(BpeTokenizer::from_file("/nonexistent/tokenizer.json"), Error);
 }
 

@@ -571,6 +571,27 @@ TEST_F(Training, ResumeRefusesAnotherArchitecture) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
 }
 
+// A trainer_state.json text field or a metrics.jsonl value of the wrong type is named with its file
+// (both printed a bare JSON library error); a null val_loss is no value, not an error.
+TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "", &out)) << out;
+  const std::string state_file = root + "/run/checkpoint-2/trainer_state.json", metrics_file = root + "/run/metrics.jsonl";
+  const std::string state_text = read_file(state_file), metrics_text = read_file(metrics_file);
+  nlohmann::json state = nlohmann::json::parse(state_text);
+  state["recipe"] = 5;
+  write_file(state_file, state.dump());
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find(state_file + ": key \"recipe\" must be a string, got 5"), std::string::npos) << out;
+  write_file(state_file, state_text);
+
+  write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n{\"step\":2,\"loss\":\"x\"}\n");
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find(metrics_file + " line 2: \"loss\" must be a number or null, got \"x\""), std::string::npos) << out;
+  write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n");
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
+}
+
 TEST_F(Training, ResumeNamesAChangedPrecision) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;

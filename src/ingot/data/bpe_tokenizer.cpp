@@ -368,6 +368,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   if (!root.is_object()) fail(t->path, ": a tokenizer.json must be a JSON object, got ", root.type_name());
   if (!root.contains("model") || !root["model"].is_object())
     fail(t->path, ": key \"model\" (the tokenizer's vocab and merges) must be an object");
+  const char* reading = "model";  // the part being read, for a JSON type error's message
   try {
     const json& model = root.at("model");
     const std::string model_type = model.value("type", std::string(model.contains("merges") ? "BPE" : "?"));
@@ -384,7 +385,9 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     t->fuse_unk = model.value("fuse_unk", false);
     if (!root.contains("pre_tokenizer") || root["pre_tokenizer"].is_null())
       fail(t->path, ": unsupported pre_tokenizer null (a byte-level pre-tokenizer is required)");
+    reading = "normalizer";
     load_normalizer(*t, root.value("normalizer", json()));
+    reading = "pre_tokenizer";
     load_pre_tokenizer(*t, root["pre_tokenizer"]);
     if (t->steps.empty() || !t->steps.back().byte_level)
       fail(t->path, ": unsupported pre_tokenizer ", root["pre_tokenizer"].dump().substr(0, 200),
@@ -394,6 +397,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
         fail(t->path, ": unsupported pre_tokenizer: ByteLevel must be the last step");
     if (!root.contains("decoder") || root["decoder"].is_null())
       fail(t->path, ": unsupported decoder null (supported: ByteLevel)");
+    reading = "decoder";
     check_decoder(*t, root["decoder"]);
 
     // Vocab.
@@ -411,6 +415,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
       }
       return std::make_pair(bytes, true);
     };
+    reading = "model.vocab";
     const json& vocab = model.at("vocab");
     if (!vocab.is_object()) fail(t->path, ": model.vocab must be an object of token -> id, got ", vocab.type_name());
     // Ids index tables of vocab_size entries: a negative or absurd id (real vocabularies stay
@@ -426,6 +431,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     };
     int64_t max_id = -1;
     for (const auto& [token, id] : vocab.items()) max_id = std::max<int64_t>(max_id, checked_id(id, "vocab", token));
+    reading = "added_tokens";
     const json added = root.value("added_tokens", json::array());
     for (const auto& a : added)
       max_id = std::max<int64_t>(max_id, checked_id(a.at("id"), "added token", a.value("content", std::string())));
@@ -434,6 +440,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     t->id_to_bytes.assign(t->vocab_size, std::string());
     t->id_is_special.assign(t->vocab_size, 0);
     t->token_to_id.reserve(vocab.size() + added.size());
+    reading = "model.vocab";
     for (const auto& [token, id_json] : vocab.items()) {
       const int32_t id = id_json.get<int32_t>();
       if (!t->id_to_token[id].empty())
@@ -457,6 +464,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     }
 
     // Merges: "left right" strings (older files) or [left, right] pairs.
+    reading = "model.merges";
     const json& merges = model.at("merges");
     t->merges.reserve(merges.size());
     uint32_t rank = 0;
@@ -485,6 +493,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     }
 
     // Added tokens: they override vocab entries of the same id for decoding.
+    reading = "added_tokens";
     for (const auto& a : added) {
       AddedToken token;
       token.content = a.at("content").get<std::string>();
@@ -507,7 +516,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     }
     t->word_char = compile_regex("[\\p{Alphabetic}\\p{N}_]", false, t->path);
   } catch (const json::exception& e) {
-    fail(t->path, ": unexpected structure: ", e.what());
+    fail(t->path, ": ", reading, " is not as a tokenizer.json has it: ", io::json_error_text(e));
   }
 
   // eos from tokenizer_config.json next to tokenizer.json.

@@ -285,7 +285,7 @@ ChatFormat load_chat_format(const std::string& path) {
     tmpl = it->get<std::string>();
   } else if (it->is_array()) {  // named templates: [{"name": "default", "template": ...}, ...]
     for (const auto& t : *it)
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template"))
+      if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string())
         tmpl = t["template"].get<std::string>();
   }
   if (tmpl.empty())
@@ -293,7 +293,10 @@ ChatFormat load_chat_format(const std::string& path) {
   std::string bos;
   if (const auto b = config.find("bos_token"); b != config.end()) {
     if (b->is_string()) bos = b->get<std::string>();
-    else if (b->is_object() && b->contains("content")) bos = (*b)["content"].get<std::string>();
+    else if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) bos = (*b)["content"].get<std::string>();
+    else if (!b->is_null())
+      fail("chat format: ", file.string(), ": bos_token must be a string or an object with a string \"content\", got ",
+           io::json_brief(*b));
   }
   return chat_format_from_template(tmpl, bos, file.string());
 }

@@ -56,7 +56,7 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
   const std::string meta_file = meta_path.string();
   const std::string fix = " (re-run ingot prepare, or delete meta.json to train on the directory's shards as they are)";
   const nlohmann::json meta = io::parse_json(io::read_text_file(meta_file, "dataset meta"), meta_file, "dataset meta");
-  if (!meta.is_object() || meta.value("format", std::string()) != "ingot-token-shards") return;  // not prepare's
+  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "ingot-token-shards") return;  // not prepare's
   if (!meta.contains("shards") || !meta["shards"].is_array())
     fail("data: ", meta_file, " has no \"shards\" list", fix);
   std::vector<std::string> listed;

@@ -49,8 +49,14 @@ nlohmann::json parse_json(const std::string& text, const std::string& source, co
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(what, " ", source, " is not valid JSON: ", e.what());
+    fail(what, " ", source, " is not valid JSON: ", json_error_text(e));
   }
+}
+
+std::string json_error_text(const nlohmann::json::exception& e) {
+  const std::string text = e.what();
+  const size_t end = text.rfind("] ", text.find(' '));
+  return text.starts_with("[json.exception.") && end != std::string::npos ? text.substr(end + 2) : text;
 }
 
 namespace {

@@ -25,6 +25,9 @@ void check_json_nesting(std::string_view text, const std::string& source, const 
 // ("config", "index") in errors.
 nlohmann::json parse_json(const std::string& text, const std::string& source, const std::string& what);
 
+// A JSON library exception's message without its "[json.exception.type_error.302] " prefix.
+std::string json_error_text(const nlohmann::json::exception& e);
+
 // Short rendering of a value for error messages ("abc" -> "\"abc\"", long arrays clipped).
 std::string json_brief(const nlohmann::json& value);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -32,19 +33,27 @@ MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir
   if (resume_step >= 0 && fs::exists(path)) {
     std::ifstream in(path);
     std::string line;
-    while (std::getline(in, line)) {
+    for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
       if (line.empty()) continue;
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded() || !j.contains("step")) continue;  // a torn last line from a crash
+      if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;  // a torn last line from a crash
+      const std::string where = path.string() + " line " + std::to_string(line_number);
+      if (!j["step"].is_number_integer()) fail(where, ": \"step\" must be an integer, got ", io::json_brief(j["step"]));
+      // A field that is absent or null has no value (loss and grad_norm of a step without targets).
+      auto number = [&](const char* key) -> std::optional<double> {
+        if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+        if (!j[key].is_number()) fail(where, ": \"", key, "\" must be a number or null, got ", io::json_brief(j[key]));
+        return j[key].get<double>();
+      };
       MetricsRecord r;
-      r.step = j.value("step", int64_t{0});
+      r.step = j["step"].get<int64_t>();
       if (r.step > resume_step) continue;
-      if (j.contains("loss") && j["loss"].is_number()) r.loss = j["loss"].get<double>();
-      r.lr = j.value("lr", 0.0);
-      if (j.contains("grad_norm") && j["grad_norm"].is_number()) r.grad_norm = j["grad_norm"].get<double>();
-      r.tokens_per_s = j.value("tokens_per_s", 0.0);
-      r.elapsed_s = j.value("elapsed_s", 0.0);
-      if (j.contains("val_loss")) r.val_loss = j["val_loss"].get<double>();
+      r.loss = number("loss");
+      r.lr = number("lr").value_or(0.0);
+      r.grad_norm = number("grad_norm");
+      r.tokens_per_s = number("tokens_per_s").value_or(0.0);
+      r.elapsed_s = number("elapsed_s").value_or(0.0);
+      r.val_loss = number("val_loss");
       records_.push_back(r);
     }
   }

@@ -278,8 +278,6 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   return changes;
 }
 
-// Loads checkpoint dir into the model and optimizer; returns its trainer_state.json, whose "step"
-// and "data" are checked (the data cursor is restored by the caller).
 // A resumed run keeps the architecture it was trained with. Shapes are checked as the weights load;
 // this covers what changes the math without changing a shape (rope_theta, rms_norm_eps, rope
 // scaling, max_position_embeddings), which resumed with a jump in the loss and config.json files
@@ -297,6 +295,8 @@ void check_same_architecture(const std::string& checkpoint, const ModelConfig& n
   }
 }
 
+// Loads checkpoint dir into the model and optimizer; returns its trainer_state.json, whose "step",
+// "data" and text fields are checked (the data cursor is restored by the caller).
 nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
   const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
@@ -305,6 +305,9 @@ nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Tran
          state.is_object() && state.contains("step") ? state["step"].dump() : std::string("nothing"));
   if (!state.contains("data") || !state["data"].is_object())
     fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
+  for (const char* key : {"recipe", "precision", "attention_plan", "lr_scheduler_type", "config_source"})
+    if (state.contains(key) && !state[key].is_string())
+      fail(state_file, ": key \"", key, "\" must be a string, got ", io::json_brief(state[key]), ": the checkpoint is damaged");
   // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
   // up with another checkpoint's, and its data cursor and learning rate would not match.
   const int64_t step = state["step"].get<int64_t>();
