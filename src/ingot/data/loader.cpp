@@ -231,14 +231,6 @@ void DataLoader::plan_documents(double val_fraction) {
          " documents in ", describe_files(files_), "; val_fraction ", val_fraction,
          " leaves none for training (needs at least ", num_val_docs + 1, " documents)");
   const bool packed = mode_ == PackingMode::packed;
-  // Packed rows fill up to seq_len with the documents in hand: with fewer training tokens than one
-  // row, every step would be one row of mostly padding (and at a huge seq_len, a slow one).
-  int64_t train_tokens = 0;
-  for (int64_t d = 0; d < num_train_docs_; ++d) train_tokens += documents_[d].length;
-  if (packed && train_tokens < seq_len_)
-    fail("data: dataset too short for packed batches: the ", num_train_docs_, " training documents in ",
-         describe_files(files_), " hold ", train_tokens, " tokens, fewer than one row of seq_len ", seq_len_,
-         "; lower sequence_len");
   val_plan_ = plan_rows(std::span(documents_).subspan(num_train_docs_), seq_len_, packed);
   num_val_ = val_plan_.num_rows();
   num_train_ = train_plan(0).num_rows();
