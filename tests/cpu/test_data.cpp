@@ -753,6 +753,34 @@ TEST(DataPrepare, ChatDataCarriesTheTemplateThatRenderedIt) {
   EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(o.tokenizer_file));
 }
 
+// Text documents get the tokenizer's special tokens as `tokenizers`' encode(text) adds them (Llama 3:
+// <|begin_of_text|>, id 0 in the fixture), then the end-of-text token; meta.json records them.
+TEST(DataPrepare, TextDocumentsGetTheTokenizersSpecialTokens) {
+  const std::string dir = test::temp_dir("prepare_special_tokens");
+  const std::string fixture = test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer";
+  write_text(dir + "/a.txt", "hello world");
+  BpeTokenizer tok = BpeTokenizer::from_file(fixture);
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/with";
+  prepare_dataset(o, tok);
+  std::vector<int32_t> expected = {0};
+  for (int32_t id : tok.encode("hello world")) expected.push_back(id);
+  expected.push_back(tok.eos_id());
+  Shard with(dir + "/with/train-00000.bin");
+  std::vector<int32_t> tokens(with.num_tokens());
+  with.read_tokens(0, with.num_tokens(), tokens.data());
+  EXPECT_EQ(tokens, expected);
+  const auto meta = nlohmann::json::parse(test::read_file(dir + "/with/meta.json"));
+  EXPECT_EQ(meta.at("special_tokens").at("prefix"), nlohmann::json::array({0})) << meta.dump();
+
+  o.output_dir = dir + "/without";
+  o.add_special_tokens = false;
+  prepare_dataset(o, tok);
+  Shard without(dir + "/without/train-00000.bin");
+  EXPECT_EQ(without.num_tokens(), with.num_tokens() - 1);
+}
+
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   const std::string dir = test::temp_dir("prepare_bad_jsonl");
   const std::string file = dir + "/bad.jsonl";

@@ -283,6 +283,41 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
   EXPECT_THROW(BpeTokenizer::from_file("/nonexistent/tokenizer.json"), Error);
 }
 
+// The post-processor's special tokens around one text, as `tokenizers`' encode(text,
+// add_special_tokens=true) adds them: Llama 3's TemplateProcessing puts <|begin_of_text|> first
+// (the fixture's is id 0), ChatML tokenizers have none. Another post-processor is named when its
+// tokens are asked for.
+TEST(BpeTokenizer, PostProcessorSpecialTokens) {
+  const std::string fixtures = test::source_dir() + "/tests/fixtures/chat";
+  const BpeTokenizer llama3 = BpeTokenizer::from_file(fixtures + "/llama3_tokenizer");
+  EXPECT_EQ(llama3.special_prefix(), std::vector<int32_t>{0});
+  EXPECT_EQ(llama3.id_to_token(0), "<|begin_of_text|>");
+  EXPECT_TRUE(llama3.special_suffix().empty());
+  EXPECT_TRUE(BpeTokenizer::from_file(fixtures + "/chatml_tokenizer").special_prefix().empty());
+
+  const std::string dir = test::temp_dir("tokenizer_post_processor");
+  auto with = [&](const json& post_processor) {
+    write_tokenizer(dir, [&](json& r) {
+      r["added_tokens"] = json::array({{{"id", 4}, {"content", "<s>"}, {"special", true}},
+                                       {{"id", 5}, {"content", "</s>"}, {"special", true}}});
+      r["post_processor"] = post_processor;
+    });
+    return BpeTokenizer::from_file(dir);
+  };
+  const json around = {{"type", "TemplateProcessing"},
+                       {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                               {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
+                       {"special_tokens", {{"</s>", {{"id", "</s>"}, {"ids", {5}}, {"tokens", {"</s>"}}}}}}};
+  const BpeTokenizer both = with({{"type", "Sequence"}, {"processors", json::array({{{"type", "ByteLevel"}}, around})}});
+  EXPECT_EQ(both.special_prefix(), std::vector<int32_t>{4});  // by name: no special_tokens entry
+  EXPECT_EQ(both.special_suffix(), std::vector<int32_t>{5});
+  const BpeTokenizer roberta = with({{"type", "RobertaProcessing"}});
+  const std::string msg = test::error_of([&] { roberta.special_prefix(); });
+  EXPECT_NE(msg.find("post_processor \"RobertaProcessing\" is not supported"), std::string::npos) << msg;
+  EXPECT_EQ(roberta.encode("ab"), std::vector<int32_t>{2});  // encode itself is unaffected
+}
+
 TEST(BpeTokenizer, MergesAsStringsOrPairsAndUnknownBytesDropped) {
   const std::string dir = test::temp_dir("tokenizer_minimal");
   for (bool pairs : {false, true}) {

@@ -1285,4 +1285,13 @@ void Training::run_chat_sft(const std::string& tokenizer, const std::string& mod
   EXPECT_NE(out.find("packed"), std::string::npos) << out;
   EXPECT_NE(out.find("step 3/3"), std::string::npos) << out;
   EXPECT_TRUE(fs::exists(root + "/sft/checkpoint-3/tokenizer.json"));  // carried along for generation
+  // generate starts the prompt with the tokenizer's special prefix (Llama 3: <|begin_of_text|>), as
+  // transformers' tokenizer(prompt) does: the count in the long-prompt warning includes it.
+  std::string prompt;
+  for (int i = 0; i < 80; ++i) prompt += i % 2 ? "b " : "a ";
+  const auto bpe = ingot::data::BpeTokenizer::from_file(tokenizer);
+  const size_t expected = bpe.special_prefix().size() + bpe.encode(prompt).size();
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/sft --prompt '" + prompt + "' --max-new-tokens 1 --temperature 0", &out)) << out;
+  EXPECT_NE(out.find("warning: the prompt is " + std::to_string(expected) + " tokens"), std::string::npos) << out;
+  if (model_type == "llama") EXPECT_EQ(bpe.special_prefix().size(), 1u);
 }

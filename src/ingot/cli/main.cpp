@@ -241,6 +241,8 @@ int main(int argc, char** argv) {
   prepare->add_option("--eos-token", prep.eos_token,
                       "text: the token that ends each document (default: the tokenizer's eos_token)");
   prepare->add_option("--text-field", prep.text_field, "JSONL: the field holding the text (default: text)");
+  prepare->add_flag("--no-special-tokens", [&](int64_t) { prep.add_special_tokens = false; },
+                    "text: leave out the tokenizer's special tokens around each document (Llama 3's <|begin_of_text|>)");
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");

@@ -254,6 +254,10 @@ struct BpeTokenizerImpl {
   Trie raw_trie, normalized_trie;  // added tokens with normalized=false / true
   bool encode_special_tokens = false;
   std::unique_ptr<Regex> word_char;  // Rust's char::is_alphanumeric || '_' (single_word)
+  // The post-processor's special tokens around a single text (TemplateProcessing's "single"), or the
+  // type of a post-processor Ingot does not read (special_prefix() then refuses).
+  std::vector<int32_t> special_prefix, special_suffix;
+  std::string unsupported_post_processor;
 
   ThreadState& thread_state() const {
     thread_local std::unordered_map<uint64_t, std::unique_ptr<ThreadState>> states;
@@ -347,6 +351,44 @@ void check_decoder(const BpeTokenizerImpl& t, const json& node) {
     }
   }
   fail(t.path, ": unsupported decoder \"", type, "\" (supported: ByteLevel)");
+}
+
+// post_processor: ByteLevel only adjusts offsets; TemplateProcessing's "single" template puts
+// special tokens around the text ($A); Sequence chains them. Needs the vocab and added tokens.
+void load_post_processor(BpeTokenizerImpl& t, const json& node) {
+  if (node.is_null()) return;
+  const std::string type = json_type(node);
+  if (type == "ByteLevel") return;
+  if (type == "Sequence") {
+    for (const auto& child : node.value("processors", json::array())) load_post_processor(t, child);
+    return;
+  }
+  if (type != "TemplateProcessing") {
+    t.unsupported_post_processor = type;
+    return;
+  }
+  bool after_text = false;
+  for (const json& piece : node.at("single")) {
+    if (piece.contains("Sequence")) {
+      after_text = true;
+      continue;
+    }
+    const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
+    // "special_tokens" maps the name to its ids; without an entry, the name is the token.
+    std::vector<int32_t> ids;
+    const json specials = node.value("special_tokens", json::object());
+    if (specials.contains(name)) {
+      for (const json& id : specials[name].at("ids")) ids.push_back(id.get<int32_t>());
+    } else if (auto it = t.token_to_id.find(name); it != t.token_to_id.end()) {
+      ids.push_back(it->second);
+    }
+    if (ids.empty()) fail(t.path, ": post_processor's special token \"", name, "\" has no id");
+    for (const int32_t id : ids)
+      if (id < 0 || id >= t.vocab_size)
+        fail(t.path, ": post_processor's special token \"", name, "\" has id ", id, ", outside the vocabulary of ", t.vocab_size);
+    auto& side = after_text ? t.special_suffix : t.special_prefix;
+    side.insert(side.end(), ids.begin(), ids.end());
+  }
 }
 
 }  // namespace
@@ -515,6 +557,8 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
       t->added_tokens.push_back(std::move(token));
     }
     t->word_char = compile_regex("[\\p{Alphabetic}\\p{N}_]", false, t->path);
+    reading = "post_processor";
+    load_post_processor(*t, root.value("post_processor", json()));
   } catch (const json::exception& e) {
     fail(t->path, ": ", reading, " is not as a tokenizer.json has it: ", io::json_error_text(e));
   }
@@ -834,6 +878,18 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(const std::vector<s
 
 int64_t BpeTokenizer::vocab_size() const { return impl_->vocab_size; }
 int32_t BpeTokenizer::eos_id() const { return impl_->eos_id; }
+
+std::vector<int32_t> BpeTokenizer::special_prefix() const {
+  if (!impl_->unsupported_post_processor.empty())
+    fail(impl_->path, ": post_processor \"", impl_->unsupported_post_processor,
+         "\" is not supported (supported: ByteLevel, TemplateProcessing); its special tokens cannot be added");
+  return impl_->special_prefix;
+}
+
+std::vector<int32_t> BpeTokenizer::special_suffix() const {
+  special_prefix();  // the same check
+  return impl_->special_suffix;
+}
 std::string BpeTokenizer::name() const { return "bpe"; }
 
 int32_t BpeTokenizer::token_to_id(std::string_view token) const {

@@ -11,7 +11,8 @@
 //      (UTF + UCP + JIT);
 //   4. each pre-token's bytes go through ranked BPE merges (lowest rank first, leftmost on ties);
 //      with ignore_merges a pre-token that is itself in the vocab is taken whole.
-// The post-processor (BOS from Llama 3's TemplateProcessing) is not applied: see Tokenizer.
+// The post-processor is not applied by encode(); special_prefix() / special_suffix() give what its
+// TemplateProcessing puts around a single text (Llama 3: <|begin_of_text|> before it).
 // Any component other than these is rejected at load with an ingot::Error naming the file, the
 // component and its value. Immutable after from_file(); encode is safe from many threads.
 #pragma once
@@ -44,6 +45,9 @@ class BpeTokenizer : public Tokenizer {
   int64_t vocab_size() const override;
   int32_t eos_id() const override;
   std::string name() const override;
+  // Throw ingot::Error naming a post_processor other than ByteLevel / TemplateProcessing / Sequence.
+  std::vector<int32_t> special_prefix() const override;
+  std::vector<int32_t> special_suffix() const override;
 
   // Invalid UTF-8 in the decoded bytes becomes U+FFFD, as in `tokenizers`.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;

@@ -379,7 +379,9 @@ class DocumentEncoder {
         format_(format),
         sink_(sink),
         report_(report),
-        progress_(progress) {}
+        progress_(progress) {
+    if (!format && options.add_special_tokens) prefix_ = tokenizer.special_prefix(), suffix_ = tokenizer.special_suffix();
+  }
 
   void add(PendingDocument doc) {
     pending_bytes_ += static_cast<int64_t>(doc.text.size());
@@ -432,7 +434,13 @@ class DocumentEncoder {
       ids = std::move(out.tokens);
       mask = std::move(out.loss_mask);
     } else {
-      ids.push_back(eos_id_);
+      // As `tokenizers`' encode(text) adds them (transformers' run_clm trains Llama 3 on
+      // <|begin_of_text|> + text), then the end-of-text token that separates documents.
+      if (options_.add_special_tokens) {
+        ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
+        ids.insert(ids.end(), suffix_.begin(), suffix_.end());
+      }
+      if (ids.empty() || ids.back() != eos_id_) ids.push_back(eos_id_);
     }
     progress_.advance(doc.input_bytes);
     const int64_t limit = options_.max_seq_len;
@@ -465,6 +473,7 @@ class DocumentEncoder {
   const PrepareOptions& options_;
   const Tokenizer& tokenizer_;
   const int32_t eos_id_;  // ends each text document
+  std::vector<int32_t> prefix_, suffix_;  // the tokenizer's special tokens around a text document
   const BpeTokenizer* bpe_;
   const ChatFormat* format_;
   ShardSink& sink_;
@@ -735,6 +744,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       {"tokenizer", tokenizer.name()},
       {"vocab_size", tokenizer.vocab_size()},
       {"eos_id", eos_id},
+      {"special_tokens", chat ? nlohmann::json(nullptr) : nlohmann::json{{"prefix", options.add_special_tokens ? tokenizer.special_prefix() : std::vector<int32_t>{}},
+                                                                     {"suffix", options.add_special_tokens ? tokenizer.special_suffix() : std::vector<int32_t>{}}}},
       {"token_width", shard_token_width_for_vocab(tokenizer.vocab_size())},
       {"num_tokens", report.num_tokens},
       {"num_documents", report.num_documents},

@@ -9,7 +9,8 @@
 //                      byte tokenizer; a BPE tokenizer rejects invalid UTF-8: FILE:LINE). One
 //                      document per file, or, with doc_separator set, documents separated by lines
 //                      equal to it (fortune files: "%"). Whitespace-only documents are dropped.
-//   Every document is encoded and followed by tokenizer.eos_id(); shards have no loss mask.
+//   Every document is encoded, put between the tokenizer's special_prefix() and special_suffix()
+//   (add_special_tokens) and followed by its end-of-text token; shards have no loss mask.
 // format chat / alpaca (SFT): every input file is JSON Lines, one sample per record:
 //   chat    {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
 //   alpaca  {"instruction": ..., "input": ... (optional), "output": ..., "system": ... (optional)}
@@ -66,6 +67,9 @@ struct PrepareOptions {
   // tokenizer, whose eos_token is its end of turn); empty: the tokenizer's eos_token.
   std::string eos_token;
   std::string text_field = "text";  // JSONL: field holding the document text
+  // Text documents: the tokenizer's special tokens around each (Tokenizer::special_prefix(), as
+  // `tokenizers`' encode(text) adds them: Llama 3's <|begin_of_text|>); false: none.
+  bool add_special_tokens = true;
   bool skip_invalid_json = false;   // JSONL: skip and count bad lines instead of failing
   bool overwrite = false;           // replace the dataset already in output_dir (its shards, meta.json, tokenizer files)
   // The tokenizer.json the shards were encoded with (empty: byte-level). It and the

@@ -97,7 +97,15 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   const auto tokenizer = load_tokenizer(dir, o.tokenizer);
   INGOT_CHECK(tokenizer->vocab_size() <= config.vocab_size, "tokenizer ", tokenizer->name(), " has ",
               tokenizer->vocab_size(), " ids but the model's vocab_size is ", config.vocab_size);
-  std::vector<int32_t> tokens = tokenizer->encode(o.prompt);
+  // As transformers' tokenizer(prompt) starts it: Llama 3's <|begin_of_text|> first, as in training.
+  std::vector<int32_t> tokens;
+  try {
+    tokens = tokenizer->special_prefix();
+  } catch (const Error& e) {
+    std::cerr << "warning: " << e.what() << "\n";
+  }
+  const std::vector<int32_t> prompt = tokenizer->encode(o.prompt);
+  tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   if (tokens.empty()) tokens.push_back(tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : 0);
   // (max_new_tokens clamped first: a value near 2^63 overflowed the sum.)
   const int64_t context = std::min<int64_t>(config.max_position_embeddings,
