@@ -50,7 +50,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"weight_decay_embeddings", "false", "apply weight decay to the input embedding"},
       {"seed", "42", "seed for initialisation and data order"},
       {"output_dir", "runs/train", "where checkpoints, metrics.jsonl and loss.svg go"},
-      {"logging_steps", "10", "log a line and a metrics.jsonl record every N steps (and at every evaluation, the last step, a step with no trained targets and a stop by signal); tokens/s leaves out evaluation and checkpoint saving"},
+      {"logging_steps", "10", "log a line and a metrics.jsonl record every N steps (and at every evaluation, the last step, a step with no trained targets and a stop by signal); tokens/s counts every row position (padding too) and leaves out evaluation and checkpoint saving"},
       {"eval_steps", "0", "validation loss every N steps; 0: only at the end"},
       {"eval_max_batches", "50", "validation micro-batches per evaluation; 0: all"},
       {"save_steps", "0", "checkpoint every N steps; 0: only at the end"},
