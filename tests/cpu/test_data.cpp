@@ -732,6 +732,15 @@ TEST(DataPrepare, ForeignTokenizerFileInTheOutputIsKept) {
   EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(fixture));
   EXPECT_EQ(test::read_file(dir + "/out/tokenizer_config.json"),
             test::read_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer_config.json"));
+  // meta.json lists what prepare wrote: the user's identical tokenizer.json is not the dataset's,
+  // so a later --overwrite (here byte-level) replaces the dataset's files and keeps it.
+  const auto meta = nlohmann::json::parse(test::read_file(dir + "/out/meta.json"));
+  EXPECT_EQ(meta.at("tokenizer_files"), nlohmann::json::array({"tokenizer_config.json"})) << meta.dump();
+  ByteTokenizer bytes;
+  o.tokenizer_file.clear();
+  prepare_dataset(o, bytes);
+  EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(fixture));
+  EXPECT_FALSE(fs::exists(dir + "/out/tokenizer_config.json"));
 }
 
 // Chat data carries the tokenizer_config.json of the template that rendered it, not the one beside
@@ -779,6 +788,33 @@ TEST(DataPrepare, TextDocumentsGetTheTokenizersSpecialTokens) {
   prepare_dataset(o, tok);
   Shard without(dir + "/without/train-00000.bin");
   EXPECT_EQ(without.num_tokens(), with.num_tokens() - 1);
+
+  // Truncation cuts the text and keeps the special tokens and the end-of-text token.
+  o.add_special_tokens = true;
+  o.max_seq_len = 3;
+  o.output_dir = dir + "/cut";
+  prepare_dataset(o, tok);
+  Shard cut(dir + "/cut/train-00000.bin");
+  std::vector<int32_t> cut_tokens(cut.num_tokens());
+  cut.read_tokens(0, cut.num_tokens(), cut_tokens.data());
+  EXPECT_EQ(cut_tokens, (std::vector<int32_t>{0, expected[1], tok.eos_id()}));
+
+  // A template that ends the text with the end-of-text token itself: it is not added twice, and
+  // survives truncation.
+  nlohmann::json tokenizer = nlohmann::json::parse(test::read_file(fixture + "/tokenizer.json"));
+  const std::string eos = tok.id_to_token(tok.eos_id());
+  tokenizer["post_processor"]["single"].push_back({{"SpecialToken", {{"id", eos}, {"type_id", 0}}}});
+  fs::create_directories(dir + "/tok");
+  write_text(dir + "/tok/tokenizer.json", tokenizer.dump());
+  fs::copy_file(fixture + "/tokenizer_config.json", dir + "/tok/tokenizer_config.json");
+  BpeTokenizer ends_with_eos = BpeTokenizer::from_file(dir + "/tok");
+  ASSERT_EQ(ends_with_eos.special_suffix(), std::vector<int32_t>{tok.eos_id()});
+  o.output_dir = dir + "/eos_suffix";
+  prepare_dataset(o, ends_with_eos);
+  Shard eos_suffix(dir + "/eos_suffix/train-00000.bin");
+  std::vector<int32_t> eos_tokens(eos_suffix.num_tokens());
+  eos_suffix.read_tokens(0, eos_suffix.num_tokens(), eos_tokens.data());
+  EXPECT_EQ(eos_tokens, (std::vector<int32_t>{0, expected[1], tok.eos_id()}));
 }
 
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {

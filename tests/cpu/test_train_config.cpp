@@ -153,6 +153,13 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
       model + "  pad_token_id: 0\n  transformers_version: 4.57.1\n  use_cache: true\n  architectures: [LlamaForCausalLM]\n"
               "train_data: d\n", "x.yaml");
   EXPECT_EQ(resolve_model_config(pasted).hidden_size, 32);
+  // So does each fixture's whole config.json (JSON is YAML): Llama's carries pretraining_tp.
+  for (const char* arch : {"llama", "qwen2", "qwen3"}) {
+    const std::string json_text = test::read_file(test::source_dir() + "/tests/fixtures/" + arch + "/config.json");
+    ASSERT_FALSE(json_text.empty()) << arch;
+    const TrainConfig fixture = parse_train_config("model_config: " + json_text + "\ntrain_data: d\n", "x.yaml");
+    EXPECT_EQ(resolve_model_config(fixture).vocab_size, 128) << arch;
+  }
   const TrainConfig typo = parse_train_config(model + "  num_key_valu_heads: 2\ntrain_data: d\n", "x.yaml");
   const std::string message = error_message([&] { resolve_model_config(typo); });
   EXPECT_NE(message.find("x.yaml (model_config): unknown key \"num_key_valu_heads\"; did you mean \"num_key_value_heads\"?"),

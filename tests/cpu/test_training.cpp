@@ -1083,9 +1083,12 @@ TEST_F(Training, ModelMayBeARunButNotInsideTheRunOverwritten) {
   EXPECT_NE(out.find("checkpoint-2/model.safetensors is a file; give the directory that holds config.json"),
             std::string::npos) << out;
   EXPECT_NE(0, train("model: " + root + "/ft/checkpoint-1\n" + config, "ft", "--overwrite", &out));
-  EXPECT_NE(out.find("model " + root + "/ft/checkpoint-1 is inside output_dir " + root + "/ft, which --overwrite replaces"),
+  EXPECT_NE(out.find("model " + root + "/ft/checkpoint-1 is part of the run in output_dir " + root + "/ft, which --overwrite replaces"),
             std::string::npos) << out;
   EXPECT_TRUE(fs::exists(root + "/ft/checkpoint-1/model.safetensors"));
+  // A model elsewhere in output_dir is not part of the run --overwrite moves aside.
+  fs::rename(root + "/run/checkpoint-2", root + "/ft/base");
+  ASSERT_EQ(0, train("model: " + root + "/ft/base\n" + config, "ft", "--overwrite", &out)) << out;
 }
 
 TEST_F(Training, MissingOrMismatchedWeights) {

@@ -274,6 +274,8 @@ int main(int argc, char** argv) {
           },
           "0 to 2^64-1");
   generate->add_option("--device", gen.device, "auto | cpu | cuda");
+  generate->add_flag("--no-special-tokens", [&](int64_t) { gen.add_special_tokens = false; },
+                     "do not start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>)");
   generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json, or byte (default: the model's, else bytes)");
 
   auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");

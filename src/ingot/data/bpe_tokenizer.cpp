@@ -405,7 +405,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     io::check_json_nesting(text, t->path, "tokenizer");
     root = json::parse(text);
   } catch (const json::exception& e) {
-    fail(t->path, ": not valid JSON: ", e.what());
+    fail(t->path, ": not valid JSON: ", io::json_error_text(e));
   }
   if (!root.is_object()) fail(t->path, ": a tokenizer.json must be a JSON object, got ", root.type_name());
   if (!root.contains("model") || !root["model"].is_object())
@@ -579,7 +579,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
         t->eos_id = it->second;
       }
     } catch (const json::exception& e) {
-      fail(config.string(), ": not valid JSON: ", e.what());
+      fail(config.string(), ": not valid JSON: ", io::json_error_text(e));
     }
   }
   return BpeTokenizer(std::move(t));

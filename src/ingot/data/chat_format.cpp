@@ -267,7 +267,7 @@ ChatFormat load_chat_format(const std::string& path) {
   try {
     config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("chat format: ", file.string(), " is not valid JSON: ", e.what());
+    fail("chat format: ", file.string(), " is not valid JSON: ", io::json_error_text(e));
   }
   const auto it = config.find("chat_template");
   // transformers >= 4.49 saves the template beside it, in chat_template.jinja, and not in the json.

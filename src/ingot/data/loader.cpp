@@ -117,7 +117,8 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
     const auto [it, inserted] = seen.emplace(ec ? fs::path(file) : real, file);
     if (!inserted)
       fail("data: shard ", file, " is listed twice in train_data", it->second == file ? "" : " (also as " + it->second + ")",
-           "; each shard may be named once");
+           "; each shard may be named once (a run that trained on it twice cannot be resumed: start a new run "
+           "from its checkpoint with model:)");
   }
   return files;
 }

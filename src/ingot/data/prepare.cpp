@@ -170,17 +170,35 @@ class ShardSink {
   std::unique_ptr<ShardWriter> writer_;
 };
 
-// The files of an earlier dataset in dir: shards and meta.json, and, where meta.json marks a
-// dataset, the tokenizer files prepare copied beside them (a byte-level --overwrite left a BPE
-// dataset's tokenizer.json behind, which checkpoints then carried).
+// The tokenizer files the dataset in dir brought with it: those its meta.json lists in
+// "tokenizer_files" (since 2026-12-01); for an older BPE dataset, any of kTokenizerFilesBesideShards
+// (prepare copied them); none for a byte-level one or without meta.json. A tokenizer file in dir
+// that is not one of these is someone else's (a model's folder), and no prepare moves it.
+std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return {};
+  const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
+  if (!meta.is_object()) return {};
+  std::set<std::string> names;
+  if (meta.contains("tokenizer_files") && meta["tokenizer_files"].is_array()) {
+    for (const nlohmann::json& name : meta["tokenizer_files"])
+      if (name.is_string() && is_tokenizer_file_name(name.get<std::string>())) names.insert(name.get<std::string>());
+  } else if (meta.contains("tokenizer") && meta["tokenizer"] != "byte") {
+    names.insert(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end());
+  }
+  return names;
+}
+
+// The files of an earlier dataset in dir: shards, meta.json and its tokenizer files (a byte-level
+// --overwrite left a BPE dataset's tokenizer.json behind, which checkpoints then carried).
 std::vector<fs::path> dataset_files(const fs::path& dir) {
   std::vector<fs::path> files;
-  const bool holds_dataset = fs::exists(dir / "meta.json");
+  const std::set<std::string> tokenizer_files = dataset_tokenizer_files(dir);
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (name == "meta.json" || name == "meta.json.tmp" ||
         (name.rfind("train-", 0) == 0 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))) ||
-        (holds_dataset && is_tokenizer_file_name(name)))
+        tokenizer_files.contains(name))
       files.push_back(entry.path());
   }
   return files;
@@ -222,12 +240,12 @@ fs::path check_output(const PrepareOptions& options) {
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
               " dataset files); choose another directory or set overwrite (--overwrite)");
   // A tokenizer file that belongs to no dataset (the folder of a model, say) is the user's own:
-  // never replaced by another.
-  if (!fs::exists(dir / "meta.json"))
-    for (const auto& [src, name] : tokenizer_files_to_copy(options))
-      INGOT_CHECK(!fs::exists(dir / name) || read_file(src) == read_file(dir / name),
-                  "prepare: output directory ", dir.string(), " holds a ", name, " that is not part of a dataset and "
-                  "differs from ", src.string(), ", which the dataset would put there; choose another directory");
+  // never replaced by another (an identical one stays as it is: see kept_tokenizer_files).
+  const std::set<std::string> ours = dataset_tokenizer_files(dir);
+  for (const auto& [src, name] : tokenizer_files_to_copy(options))
+    INGOT_CHECK(ours.contains(name) || !fs::exists(dir / name) || read_file(src) == read_file(dir / name),
+                "prepare: output directory ", dir.string(), " holds a ", name, " that is not part of a dataset and "
+                "differs from ", src.string(), ", which the dataset would put there; choose another directory");
   return outermost_new;
 }
 
@@ -380,7 +398,13 @@ class DocumentEncoder {
         sink_(sink),
         report_(report),
         progress_(progress) {
-    if (!format && options.add_special_tokens) prefix_ = tokenizer.special_prefix(), suffix_ = tokenizer.special_suffix();
+    if (!format && options.add_special_tokens) {
+      try {
+        prefix_ = tokenizer.special_prefix(), suffix_ = tokenizer.special_suffix();
+      } catch (const Error& e) {
+        fail("prepare: ", e.what(), " (--no-special-tokens prepares the text without them)");
+      }
+    }
   }
 
   void add(PendingDocument doc) {
@@ -433,29 +457,35 @@ class DocumentEncoder {
       }
       ids = std::move(out.tokens);
       mask = std::move(out.loss_mask);
-    } else {
-      // As `tokenizers`' encode(text) adds them (transformers' run_clm trains Llama 3 on
-      // <|begin_of_text|> + text), then the end-of-text token that separates documents.
-      if (options_.add_special_tokens) {
-        ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
-        ids.insert(ids.end(), suffix_.begin(), suffix_.end());
-      }
-      if (ids.empty() || ids.back() != eos_id_) ids.push_back(eos_id_);
     }
     progress_.advance(doc.input_bytes);
+    // A text document is prefix + text + suffix (the tokenizer's special tokens, as `tokenizers`'
+    // encode(text) adds them: transformers' run_clm trains Llama 3 on <|begin_of_text|> + text),
+    // then the end-of-text token that separates documents, unless the suffix already ends with it.
+    const bool eos_in_suffix = !suffix_.empty() && suffix_.back() == eos_id_;
+    const int64_t added = chat ? 0 : static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix ? 0 : 1);
     const int64_t limit = options_.max_seq_len;
     bool truncated = false;
-    if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) {
+    if (limit > 0 && static_cast<int64_t>(ids.size()) + added > limit) {
       if (options_.overflow == OverflowPolicy::drop) {
         ++report_.dropped;
         return;
       }
-      // A text document keeps its end-of-text token: in stream mode it is the only mark between
-      // documents. (A chat sample is cut as it comes, as transformers' truncation cuts it.)
-      ids.resize(limit);
+      // A text document keeps its special tokens and end-of-text token (in stream mode the only mark
+      // between documents): the text is cut, as transformers' truncation cuts it. A chat sample is
+      // cut as it comes.
+      ids.resize(static_cast<size_t>(std::max<int64_t>(0, limit - added)));
       if (chat) mask.resize(limit);
-      else ids.back() = eos_id_;
       truncated = true;
+    }
+    if (!chat) {
+      ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
+      ids.insert(ids.end(), suffix_.begin(), suffix_.end());
+      if (!eos_in_suffix) ids.push_back(eos_id_);
+      if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) {  // a limit below the special tokens alone
+        ids.resize(limit);
+        ids.back() = eos_id_;
+      }
     }
     const int64_t trained =
         chat ? std::count(mask.begin(), mask.end(), 1) : static_cast<int64_t>(ids.size());
@@ -770,8 +800,16 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["shards"].push_back({{"file", shard.file},
                               {"num_tokens", shard.num_tokens},
                               {"num_documents", shard.num_documents}});
-  // Beside the shards, so that training runs and checkpoints carry the tokenizer.
-  for (const auto& [src, name] : tokenizer_files_to_copy(options)) fs::copy_file(src, staging.path / name);
+  // Beside the shards, so that training runs and checkpoints carry the tokenizer; meta.json lists
+  // them as the dataset's own. An identical file already there that is not a dataset's (the user's:
+  // check_output compared them) is left in place, and not listed, so no later prepare moves it.
+  const std::set<std::string> earlier = dataset_tokenizer_files(options.output_dir);
+  meta["tokenizer_files"] = nlohmann::json::array();
+  for (const auto& [src, name] : tokenizer_files_to_copy(options)) {
+    if (fs::exists(fs::path(options.output_dir) / name) && !earlier.contains(name)) continue;
+    fs::copy_file(src, staging.path / name);
+    meta["tokenizer_files"].push_back(name);
+  }
   io::write_file_atomically((staging.path / "meta.json").string(), meta.dump(2) + "\n");
   staging.commit(options.output_dir);
   if (options.log) *options.log << report.to_string() << "\n";

@@ -291,7 +291,7 @@ void parse_safetensors_header(const MappedFile& file, std::vector<SafeTensorInfo
   try {
     header = json::parse(header_text, on_event);
   } catch (const json::exception& e) {
-    fail("safetensors file ", path, ": header is not valid JSON: ", e.what());
+    fail("safetensors file ", path, ": header is not valid JSON: ", json_error_text(e));
   }
   if (!duplicate.empty()) fail("safetensors file ", path, ": tensor \"", duplicate, "\" appears twice in the header");
   if (!header.is_object())

@@ -148,7 +148,7 @@ const std::vector<std::string>& model_config_keys() {
       "tie_word_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rope_parameters", "bos_token_id",
       "eos_token_id", "dtype", "torch_dtype", "hidden_act", "mlp_bias", "use_sliding_window", "sliding_window",
       "max_window_layers", "layer_types",
-      "attention_dropout", "partial_rotary_factor", "architectures", "use_cache", "pad_token_id", "transformers_version"};
+      "attention_dropout", "partial_rotary_factor", "architectures", "use_cache", "pad_token_id", "transformers_version", "pretraining_tp"};
   return keys;
 }
 

@@ -100,9 +100,9 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   // As transformers' tokenizer(prompt) starts it: Llama 3's <|begin_of_text|> first, as in training.
   std::vector<int32_t> tokens;
   try {
-    tokens = tokenizer->special_prefix();
+    if (o.add_special_tokens) tokens = tokenizer->special_prefix();
   } catch (const Error& e) {
-    std::cerr << "warning: " << e.what() << "\n";
+    std::cerr << "warning: " << e.what() << " (the prompt starts without them)\n";
   }
   const std::vector<int32_t> prompt = tokenizer->encode(o.prompt);
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());

@@ -21,6 +21,9 @@ struct GenerateOptions {
   uint64_t seed = 0;
   std::string device = "auto";
   std::string tokenizer;        // tokenizer.json path; default: the model dir's, else bytes
+  // Start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>), as
+  // transformers' tokenizer(prompt) does; off for a model trained on data prepared without it.
+  bool add_special_tokens = true;
 };
 
 // Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes

@@ -341,11 +341,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   TrainConfig c = config;
   if (!c.model.empty() && (c.model = resolve_model_dir(config.model)) != config.model)
     log << "model: " << c.model << " (the newest checkpoint of " << config.model << ")\n";
-  // --overwrite moves the old run aside before the weights are read, so they would be missing.
-  if (!c.model.empty() && options.overwrite && !options.resume &&
-      is_same_or_inside(c.model, c.output_dir))
-    fail(c.source_of({"model"}), ": model ", c.model, " is inside output_dir ", c.output_dir,
-         ", which --overwrite replaces; copy it elsewhere first, or train into another output_dir");
+  // --overwrite moves the old run (checkpoints, metrics, plot) aside before the weights are read,
+  // so they would be missing.
+  if (!c.model.empty() && options.overwrite && !options.resume)
+    for (const fs::path& old : run_files(c.output_dir))
+      if (is_same_or_inside(c.model, old.string()))
+        fail(c.source_of({"model"}), ": model ", c.model, " is part of the run in output_dir ", c.output_dir,
+             ", which --overwrite replaces; copy it elsewhere first, or train into another output_dir");
   const ModelConfig model_config = resolve_model_config(c);
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
@@ -520,7 +522,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   };
   auto t_window = t_start;
   int64_t window_steps = 0;
-  double window_saving_s = 0;  // time the window spent saving checkpoints: not training, not in tokens/s
+  double window_saving_s = 0;  // time the window spent saving or evaluating: not training, not in tokens/s
   const double elapsed_before = metrics.records().empty() ? 0.0 : metrics.records().back().elapsed_s;
 
   // A step is launched, then the previous one is finished (its loss read, logged): the GPU
@@ -556,7 +558,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       r.tokens_per_s = static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9);
       r.elapsed_s = elapsed;
       if (do_eval) {
+        const auto t_eval = std::chrono::steady_clock::now();
         const double v = evaluate();
+        if (!loss) window_saving_s += seconds_since(t_eval);  // the window goes on: leave it out
         if (v >= 0) r.val_loss = v, result.final_val_loss = v;
       }
       const double per_step = seconds_since(t_start) / static_cast<double>(done - start_step);
