@@ -1297,4 +1297,7 @@ void Training::run_chat_sft(const std::string& tokenizer, const std::string& mod
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/sft --prompt '" + prompt + "' --max-new-tokens 1 --temperature 0", &out)) << out;
   EXPECT_NE(out.find("warning: the prompt is " + std::to_string(expected) + " tokens"), std::string::npos) << out;
   if (model_type == "llama") EXPECT_EQ(bpe.special_prefix().size(), 1u);
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/sft --prompt '" + prompt +
+                               "' --max-new-tokens 1 --temperature 0 --no-special-tokens", &out)) << out;
+  EXPECT_NE(out.find("warning: the prompt is " + std::to_string(bpe.encode(prompt).size()) + " tokens"), std::string::npos) << out;
 }
