@@ -741,6 +741,14 @@ TEST(DataPrepare, ForeignTokenizerFileInTheOutputIsKept) {
   prepare_dataset(o, bytes);
   EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(fixture));
   EXPECT_FALSE(fs::exists(dir + "/out/tokenizer_config.json"));
+
+  // A meta.json that is not prepare's claims no tokenizer files (a model folder's, say).
+  fs::create_directories(dir + "/model");
+  write_text(dir + "/model/tokenizer.json", "{}");
+  write_text(dir + "/model/meta.json", "{\"tokenizer\": \"meta-llama/Llama-3.2-1B\"}");
+  o.output_dir = dir + "/model";
+  prepare_dataset(o, bytes);
+  EXPECT_EQ(test::read_file(dir + "/model/tokenizer.json"), "{}");
 }
 
 // Chat data carries the tokenizer_config.json of the template that rendered it, not the one beside
@@ -815,6 +823,12 @@ TEST(DataPrepare, TextDocumentsGetTheTokenizersSpecialTokens) {
   std::vector<int32_t> eos_tokens(eos_suffix.num_tokens());
   eos_suffix.read_tokens(0, eos_suffix.num_tokens(), eos_tokens.data());
   EXPECT_EQ(eos_tokens, (std::vector<int32_t>{0, expected[1], tok.eos_id()}));
+
+  // A max_seq_len that leaves no room for text is refused (documents became [<|begin_of_text|>, eos]).
+  o.max_seq_len = 2;
+  o.output_dir = dir + "/no_room";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("max_seq_len 2 leaves no room for text: every document also takes 2 token(s)"), std::string::npos) << msg;
 }
 
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {

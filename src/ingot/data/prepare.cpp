@@ -178,7 +178,7 @@ std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / "meta.json", ec)) return {};
   const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
-  if (!meta.is_object()) return {};
+  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "ingot-token-shards") return {};  // not prepare's
   std::set<std::string> names;
   if (meta.contains("tokenizer_files") && meta["tokenizer_files"].is_array()) {
     for (const nlohmann::json& name : meta["tokenizer_files"])
@@ -225,6 +225,8 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files_to_copy(const Prep
 // Creates the output directory; refuses one holding a dataset unless overwrite is on. Nothing is
 // deleted here: the new dataset is built aside and replaces the old one only once it is complete.
 // Returns the outermost directory it created (empty if the output directory existed).
+void tidy_killed_staging(const fs::path& out, std::ostream* log);
+
 fs::path check_output(const PrepareOptions& options) {
   const fs::path dir(options.output_dir);
   std::error_code ec;
@@ -235,6 +237,8 @@ fs::path check_output(const PrepareOptions& options) {
   }
   fs::create_directories(dir, ec);
   if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
+  // First: a note about a dataset a killed prepare set aside comes before any refusal below.
+  tidy_killed_staging(dir, options.log);
   const std::vector<fs::path> old = dataset_files(dir);
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
@@ -245,7 +249,8 @@ fs::path check_output(const PrepareOptions& options) {
   for (const auto& [src, name] : tokenizer_files_to_copy(options))
     INGOT_CHECK(ours.contains(name) || !fs::exists(dir / name) || read_file(src) == read_file(dir / name),
                 "prepare: output directory ", dir.string(), " holds a ", name, " that is not part of a dataset and "
-                "differs from ", src.string(), ", which the dataset would put there; choose another directory");
+                "differs from ", src.string(), ", which the dataset would put there; choose another directory (or "
+                "delete it, if an earlier prepare left it there)");
   return outermost_new;
 }
 
@@ -291,8 +296,7 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
 struct StagingDir {
   fs::path path;
   bool committed = false;
-  StagingDir(const fs::path& out, std::ostream* log) {
-    tidy_killed_staging(out, log);
+  explicit StagingDir(const fs::path& out) {  // check_output has tidied killed prepares' folders
     path = fresh_pid_path(out, ".prepare-");
     fs::create_directories(path);
   }
@@ -308,7 +312,10 @@ struct StagingDir {
     fs::create_directories(old_dir);
     std::vector<fs::path> set_aside, moved_in;
     try {
-      for (const fs::path& p : dataset_files(out)) {
+      // meta.json last: until it goes, it still claims the old dataset's tokenizer files.
+      std::vector<fs::path> old_files = dataset_files(out);
+      std::stable_partition(old_files.begin(), old_files.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
+      for (const fs::path& p : old_files) {
         fs::rename(p, old_dir / p.filename());
         set_aside.push_back(p);
       }
@@ -405,6 +412,12 @@ class DocumentEncoder {
         fail("prepare: ", e.what(), " (--no-special-tokens prepares the text without them)");
       }
     }
+    if (!format && options.max_seq_len > 0) {
+      const bool eos_in_suffix = !suffix_.empty() && suffix_.back() == eos_id;
+      const int64_t added = static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix ? 0 : 1);
+      INGOT_CHECK(options.max_seq_len > added, "prepare: max_seq_len ", options.max_seq_len, " leaves no room for text: every "
+                  "document also takes ", added, " token(s) (the tokenizer's special tokens and the end-of-text token)");
+    }
   }
 
   void add(PendingDocument doc) {
@@ -481,11 +494,7 @@ class DocumentEncoder {
     if (!chat) {
       ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
       ids.insert(ids.end(), suffix_.begin(), suffix_.end());
-      if (!eos_in_suffix) ids.push_back(eos_id_);
-      if (limit > 0 && static_cast<int64_t>(ids.size()) > limit) {  // a limit below the special tokens alone
-        ids.resize(limit);
-        ids.back() = eos_id_;
-      }
+      if (!eos_in_suffix) ids.push_back(eos_id_);  // limit > added (the constructor checks): some text stays
     }
     const int64_t trained =
         chat ? std::count(mask.begin(), mask.end(), 1) : static_cast<int64_t>(ids.size());
@@ -604,7 +613,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
                              "tokenizer_config.json, or --eos-token)");
   const std::vector<InputFile> files = collect_inputs(options);
   const CreatedOutputDir created_output{options.output_dir, check_output(options)};
-  StagingDir staging(options.output_dir, options.log);
+  StagingDir staging(options.output_dir);
   PrepareOptions staged = options;  // every file is written into the staging folder
   staged.output_dir = staging.path.string();
 

@@ -10,7 +10,8 @@
 //                      document per file, or, with doc_separator set, documents separated by lines
 //                      equal to it (fortune files: "%"). Whitespace-only documents are dropped.
 //   Every document is encoded, put between the tokenizer's special_prefix() and special_suffix()
-//   (add_special_tokens) and followed by its end-of-text token; shards have no loss mask.
+//   (add_special_tokens) and followed by its end-of-text token (unless the suffix ends with it);
+//   shards have no loss mask.
 // format chat / alpaca (SFT): every input file is JSON Lines, one sample per record:
 //   chat    {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
 //   alpaca  {"instruction": ..., "input": ... (optional), "output": ..., "system": ... (optional)}
@@ -18,8 +19,9 @@
 //   loss mask (assistant tokens, or all with train_on_inputs). Bad records (invalid JSON or UTF-8,
 //   missing fields, unknown roles) are errors naming FILE:LINE, or skipped and counted with
 //   skip_invalid_json. A sample whose mask is all 0 (no assistant turn left) is dropped.
-// Any format: a document longer than max_seq_len (> 0) tokens is truncated to its first
-// max_seq_len tokens or dropped (overflow), and counted. An input file named on the command line
+// Any format: a document longer than max_seq_len (> 0) tokens is truncated to max_seq_len tokens
+// or dropped (overflow), and counted; a text document's text is cut, its special tokens and
+// end-of-text token kept (a max_seq_len with no room for text is refused). An input file named on the command line
 // that is empty is an error; an empty file found in a directory is skipped and counted.
 // Files found by walking a directory that hold a NUL byte are taken for binary (e.g. fortune's
 // .dat indexes) and skipped; a file reached twice (a symlink) is read once.
@@ -27,7 +29,8 @@
 // does not fit starts a new shard, and only a document longer than shard_tokens is split across
 // shards. Finally OUTPUT/meta.json records the tokenizer, the options and the counts. The whole
 // dataset (shards, tokenizer files, meta.json) is built in a hidden staging folder inside OUTPUT
-// and moved into place once complete; --overwrite replaces all of an earlier dataset's files. With a log stream, a progress line (percent of
+// and moved into place once complete; --overwrite replaces an earlier dataset's shards, meta.json
+// and the tokenizer files its meta.json lists. With a log stream, a progress line (percent of
 // input bytes, MB/s, ETA) is written at most every 0.5 s, then the final report.
 #pragma once
 #include <array>
