@@ -90,6 +90,10 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
     return std::string("no error");
   };
   EXPECT_NE(message(std::string(kMinimal) + "max_step: 3\n").find("did you mean \"max_steps\""), std::string::npos);
+  // A quoted number is a string, as in an inline model_config.
+  EXPECT_NE(message(std::string(kMinimal), {"max_steps=\"2\""}).find("key \"max_steps\" must be an integer, got the string \"2\""),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "learning_rate: '1e-3'\n").find("got the string \"1e-3\""), std::string::npos);
   // YAML 1.1 reads 010 as 8 and 0x10 as 16: such integers are refused, here and in model_config.
   EXPECT_NE(message(std::string(kMinimal) + "max_steps: 010\n").find("bad.yaml: key \"max_steps\": 010 is not a plain decimal integer"),
             std::string::npos);

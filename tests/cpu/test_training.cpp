@@ -507,6 +507,19 @@ TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
   EXPECT_TRUE(done_line.ends_with(" (step " + std::to_string(last_trained) + ")")) << done_line;
 }
 
+// A model trained from scratch without an eos_token_id takes the data's end-of-text id (meta.json's
+// eos_id), so its checkpoints and exports say where documents end; an explicit one is kept.
+TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;
+  EXPECT_NE(out.find("note: eos_token_id 256 from the data's meta.json"), std::string::npos) << out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(root + "/run/checkpoint-1/config.json")).at("eos_token_id"), 256);
+  std::string config = tiny_config(data, root + "/own", 1, 0);
+  config.replace(config.find("  vocab_size"), 0, "  eos_token_id: 3\n");
+  ASSERT_EQ(0, train(config, "own", "", &out)) << out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(root + "/own/checkpoint-1/config.json")).at("eos_token_id"), 3);
+}
+
 // Settings that quietly do less than they say get a line: a warm-up as long as the run (the peak
 // learning rate is never reached), and eval_steps without validation data.
 TEST_F(Training, NamesAWarmupLongerThanTheRunAndEvaluationWithoutData) {

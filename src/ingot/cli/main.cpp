@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "describe a model and its training memory");
   std::string info_dir, info_precision = "fp32";
   int64_t info_seq = 2048, info_batch = 1;
-  info->add_option("model", info_dir, "model or checkpoint directory")->required();
+  info->add_option("model", info_dir, "model or checkpoint directory, or a run's output_dir")->required();
   info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)");
   info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)");
   info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");

@@ -162,6 +162,10 @@ struct Setter {
 template <typename T>
 T scalar_as(const YAML::Node& node, const std::string& key, const std::string& source, const char* type_name) {
   if (!node.IsScalar()) fail(source, ": key \"", key, "\" must be ", type_name);
+  // A quoted or !!str scalar is a string, as in an inline model_config: "2" is not a number.
+  if constexpr (!std::is_same_v<T, std::string>)
+    if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str")
+      fail(source, ": key \"", key, "\" must be ", type_name, ", got the string \"", node.Scalar(), "\"");
   try {
     const T value = node.as<T>();
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
@@ -330,7 +334,7 @@ void apply_key(TrainConfig& config, const std::map<std::string, Setter>& setters
 void validate(const TrainConfig& c) {
   if (c.model.empty() == c.model_config.empty())
     fail(c.source_of({"model", "model_config"}),
-         ": set exactly one of \"model\" (a Hugging Face directory) or \"model_config\" (train from scratch)");
+         ": set exactly one of \"model\" (a Hugging Face model, a checkpoint or a run directory) or \"model_config\" (train from scratch)");
   // It did nothing to the loaded weights, but rewrote initializer_range in every checkpoint.
   if (!c.model.empty() && c.init_std > 0)
     fail(c.source_of({"init_std"}), ": key \"init_std\" sets the initialisation of a model trained from scratch (model_config), "

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <thread>
 #include <utility>
 
@@ -197,6 +198,15 @@ std::string data_tokenizer_name(const fs::path& dir) {
   return meta.is_object() && meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
 }
 
+// The end-of-text id `ingot prepare` recorded for the dataset in dir (meta.json's eos_id), or -1.
+int64_t data_eos_id(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return -1;
+  const nlohmann::json meta = nlohmann::json::parse(
+      io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr, /*allow_exceptions=*/false);
+  return meta.is_object() && meta.contains("eos_id") && meta["eos_id"].is_number_integer() ? meta["eos_id"].get<int64_t>() : -1;
+}
+
 // Files that make a checkpoint self-contained for generation and export.
 std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
@@ -348,7 +358,18 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       if (is_same_or_inside(c.model, old.string()))
         fail(c.source_of({"model"}), ": model ", c.model, " is part of the run in output_dir ", c.output_dir,
              ", which --overwrite replaces; copy it elsewhere first, or train into another output_dir");
-  const ModelConfig model_config = resolve_model_config(c);
+  ModelConfig model_config = resolve_model_config(c);
+  // A model trained from scratch without an eos_token_id takes its data's end-of-text id, so that
+  // its checkpoints and exports say where documents end (generate and transformers stop there).
+  std::string eos_note;
+  if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
+    std::set<int64_t> ids;
+    for (const std::string& d : c.train_data) ids.insert(data_eos_id(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path()));
+    if (ids.size() == 1 && *ids.begin() >= 0 && *ids.begin() < model_config.vocab_size) {
+      model_config.eos_token_id = *ids.begin();
+      eos_note = "eos_token_id " + std::to_string(model_config.eos_token_id) + " from the data's meta.json (model_config sets none)";
+    }
+  }
   DeviceContext device(c.device, c.num_threads);
   Context& ctx = device.get();
   const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
@@ -381,7 +402,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // Before the checks that may refuse the run: the note tells where an older run went.
   for (const fs::path& aside : orphaned_replaced_runs(c.output_dir))
     log << "note: " << aside.string() << " holds a run that an `--overwrite` run, killed or stopped before its first checkpoint, had moved aside; "
-        << "move its contents back to restore it, or delete it\n";
+        << "to restore it, remove the files of the run that replaced it (checkpoint-*, metrics.jsonl, loss.svg) and move "
+        << "its contents back; or delete it\n";
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
   for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir, lock.held()))
     log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
@@ -397,6 +419,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
+  if (!eos_note.empty()) log << "note: " << eos_note << "\n";
   for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
     log << "warning: " << c.source << ": " << warning << "\n";
   if (c.warmup_steps >= c.max_steps)
@@ -647,7 +670,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       if (replaced)
         if (const fs::path aside = replaced->keep_aside(); !aside.empty())
           log << "note: the run --overwrite replaces is kept in " << aside.string()
-              << " (this run had saved nothing of its own); delete it, or move its contents back\n";
+              << " (this run saved no checkpoint before the stop's); delete it, or, to restore it, remove this run's "
+                 "files (checkpoint-*, metrics.jsonl, loss.svg) and move its contents back\n";
     } else {
       log << ": no step finished, nothing saved\n";
       // A fresh run leaves nothing behind, so the same command can start it again; an
