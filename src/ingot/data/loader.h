@@ -22,9 +22,10 @@
 // order is the same on every platform). The stride keeps seeds apart: with seed + e, seed s + 1's
 // epoch 0 was seed s's epoch 1, so a sweep over adjacent seeds trained on shifted copies of one
 // order. Epoch 0 is seed itself, as before. A state saved by a run that used seed + e
-// (checkpoints before 2026-12-01's change) resumes with seed + e, so the run keeps its order. A batch that reaches the end of an epoch continues into the next one. The
-// cursor (epoch, index into the epoch's permutation) is all the state there is, so saving and
-// restoring it resumes the exact batch sequence.
+// (checkpoints before 2026-12-01's change) resumes with seed + e, so the run keeps its order.
+// A batch that reaches the end of an epoch continues into the next one. The cursor (epoch, index
+// into the epoch's permutation) is all the state there is, so saving and restoring it resumes the
+// exact batch sequence.
 //
 // Packed / padded modes work on documents (the shards' document boundaries; a document never
 // spans two shards). Split: the last num_val_docs = max(1, floor(D * val_fraction)) documents of

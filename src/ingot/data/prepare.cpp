@@ -777,14 +777,16 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
          " documents dropped)");
   }
 
+  const bool with_special_tokens = !chat && options.add_special_tokens;
+  const std::vector<int32_t> prefix = with_special_tokens ? tokenizer.special_prefix() : std::vector<int32_t>{},
+                             suffix = with_special_tokens ? tokenizer.special_suffix() : std::vector<int32_t>{};
   nlohmann::json meta = {
       {"format", "ingot-token-shards"},
       {"format_version", kShardVersion},
       {"tokenizer", tokenizer.name()},
       {"vocab_size", tokenizer.vocab_size()},
       {"eos_id", eos_id},
-      {"special_tokens", chat ? nlohmann::json(nullptr) : nlohmann::json{{"prefix", options.add_special_tokens ? tokenizer.special_prefix() : std::vector<int32_t>{}},
-                                                                     {"suffix", options.add_special_tokens ? tokenizer.special_suffix() : std::vector<int32_t>{}}}},
+      {"special_tokens", chat ? nlohmann::json(nullptr) : nlohmann::json{{"prefix", prefix}, {"suffix", suffix}}},
       {"token_width", shard_token_width_for_vocab(tokenizer.vocab_size())},
       {"num_tokens", report.num_tokens},
       {"num_documents", report.num_documents},

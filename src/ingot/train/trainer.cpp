@@ -188,23 +188,15 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
   return std::make_unique<ReplacedRun>(dir, old);
 }
 
-// The tokenizer `ingot prepare` recorded in a dataset directory's meta.json ("byte", or a
-// tokenizer.json's name); empty where there is none to read (the loader has checked meta.json).
-std::string data_tokenizer_name(const fs::path& dir) {
+// The meta.json `ingot prepare` wrote in the directory of a train_data entry (a directory, or a
+// shard file in one); an empty object where there is none to read (the loader has checked it).
+nlohmann::json dataset_meta(const std::string& train_data_entry) {
+  const fs::path dir = fs::is_directory(train_data_entry) ? fs::path(train_data_entry) : fs::path(train_data_entry).parent_path();
   std::error_code ec;
-  if (!fs::is_regular_file(dir / "meta.json", ec)) return "";
-  const nlohmann::json meta = nlohmann::json::parse(
-      io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr, /*allow_exceptions=*/false);
-  return meta.is_object() && meta.contains("tokenizer") && meta["tokenizer"].is_string() ? meta["tokenizer"].get<std::string>() : "";
-}
-
-// The end-of-text id `ingot prepare` recorded for the dataset in dir (meta.json's eos_id), or -1.
-int64_t data_eos_id(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(dir / "meta.json", ec)) return -1;
-  const nlohmann::json meta = nlohmann::json::parse(
-      io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr, /*allow_exceptions=*/false);
-  return meta.is_object() && meta.contains("eos_id") && meta["eos_id"].is_number_integer() ? meta["eos_id"].get<int64_t>() : -1;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return nlohmann::json::object();
+  nlohmann::json meta = nlohmann::json::parse(io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr,
+                                              /*allow_exceptions=*/false);
+  return meta.is_object() ? meta : nlohmann::json::object();
 }
 
 // Files that make a checkpoint self-contained for generation and export.
@@ -212,12 +204,11 @@ std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
-  for (const std::string& d : c.train_data) {
-    const fs::path dir = fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path();
+  for (const std::string& d : c.train_data)
     // A byte-level dataset has no tokenizer files; one that sits beside it is not its tokenizer
     // (checkpoints carrying it could not generate: its vocabulary is not the model's).
-    if (data_tokenizer_name(dir) != "byte") dirs.push_back(dir);
-  }
+    if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte")
+      dirs.push_back(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path());
   for (const fs::path& d : dirs)
     for (const char* n : kModelCompanionFiles)
       if (fs::exists(d / n)) files.push_back((d / n).string());
@@ -364,7 +355,10 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   std::string eos_note;
   if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
     std::set<int64_t> ids;
-    for (const std::string& d : c.train_data) ids.insert(data_eos_id(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path()));
+    for (const std::string& d : c.train_data) {
+      const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
+      ids.insert(eos.is_number_integer() ? eos.get<int64_t>() : -1);
+    }
     if (ids.size() == 1 && *ids.begin() >= 0 && *ids.begin() < model_config.vocab_size) {
       model_config.eos_token_id = *ids.begin();
       eos_note = "eos_token_id " + std::to_string(model_config.eos_token_id) + " from the data's meta.json (model_config sets none)";
