@@ -435,8 +435,6 @@ TEST(PrepareChat, TextWithBpeTokenizerNamesInvalidUtf8Line) {
   EXPECT_NE(msg.find("UTF-8"), std::string::npos) << msg;
 }
 
-// Text documents end with the tokenizer's eos_token, which for an instruct model's tokenizer is its
-// end of turn (this fixture's, like Llama 3 Instruct's, is <|eot_id|>); eos_token picks another.
 // Chat or alpaca records prepared as text: the error says which --format they need.
 TEST(PrepareChat, ChatRecordsWithoutFormatChatNameIt) {
   const std::string dir = test::temp_dir("prepare_chat_as_text");
@@ -449,6 +447,8 @@ TEST(PrepareChat, ChatRecordsWithoutFormatChatNameIt) {
   EXPECT_NE(msg.find("no string field \"text\" (chat data: --format chat)"), std::string::npos) << msg;
 }
 
+// Text documents end with the tokenizer's eos_token, which for an instruct model's tokenizer is its
+// end of turn (this fixture's, like Llama 3 Instruct's, is <|eot_id|>); eos_token picks another.
 TEST(PrepareChat, TextDocumentsEndWithTheChosenEosToken) {
   const std::string dir = test::temp_dir("prepare_text_eos");
   write_file(dir + "/in.txt", "first doc\n%\nsecond\n");

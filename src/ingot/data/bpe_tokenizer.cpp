@@ -367,6 +367,8 @@ void load_post_processor(BpeTokenizerImpl& t, const json& node) {
     t.unsupported_post_processor = type;
     return;
   }
+  // "special_tokens" maps a name to its ids; without an entry, the name is the token.
+  const json specials = node.value("special_tokens", json::object());
   bool after_text = false;
   for (const json& piece : node.at("single")) {
     if (piece.contains("Sequence")) {
@@ -374,9 +376,7 @@ void load_post_processor(BpeTokenizerImpl& t, const json& node) {
       continue;
     }
     const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
-    // "special_tokens" maps the name to its ids; without an entry, the name is the token.
     std::vector<int32_t> ids;
-    const json specials = node.value("special_tokens", json::object());
     if (specials.contains(name)) {
       for (const json& id : specials[name].at("ids")) ids.push_back(id.get<int32_t>());
     } else if (auto it = t.token_to_id.find(name); it != t.token_to_id.end()) {
@@ -879,17 +879,16 @@ std::vector<std::vector<int32_t>> BpeTokenizer::encode_batch(const std::vector<s
 int64_t BpeTokenizer::vocab_size() const { return impl_->vocab_size; }
 int32_t BpeTokenizer::eos_id() const { return impl_->eos_id; }
 
-std::vector<int32_t> BpeTokenizer::special_prefix() const {
-  if (!impl_->unsupported_post_processor.empty())
-    fail(impl_->path, ": post_processor \"", impl_->unsupported_post_processor,
+// The post-processor's tokens on one side of the text, once the post-processor is one Ingot reads.
+static const std::vector<int32_t>& special_side(const BpeTokenizerImpl& t, const std::vector<int32_t>& side) {
+  if (!t.unsupported_post_processor.empty())
+    fail(t.path, ": post_processor \"", t.unsupported_post_processor,
          "\" is not supported (supported: ByteLevel, TemplateProcessing); its special tokens cannot be added");
-  return impl_->special_prefix;
+  return side;
 }
 
-std::vector<int32_t> BpeTokenizer::special_suffix() const {
-  special_prefix();  // the same check
-  return impl_->special_suffix;
-}
+std::vector<int32_t> BpeTokenizer::special_prefix() const { return special_side(*impl_, impl_->special_prefix); }
+std::vector<int32_t> BpeTokenizer::special_suffix() const { return special_side(*impl_, impl_->special_suffix); }
 std::string BpeTokenizer::name() const { return "bpe"; }
 
 int32_t BpeTokenizer::token_to_id(std::string_view token) const {

@@ -412,12 +412,11 @@ class DocumentEncoder {
         fail("prepare: ", e.what(), " (--no-special-tokens prepares the text without them)");
       }
     }
-    if (!format && options.max_seq_len > 0) {
-      const bool eos_in_suffix = !suffix_.empty() && suffix_.back() == eos_id;
-      const int64_t added = static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix ? 0 : 1);
-      INGOT_CHECK(options.max_seq_len > added, "prepare: max_seq_len ", options.max_seq_len, " leaves no room for text: every "
-                  "document also takes ", added, " token(s) (the tokenizer's special tokens and the end-of-text token)");
-    }
+    eos_in_suffix_ = !suffix_.empty() && suffix_.back() == eos_id;
+    added_ = format ? 0 : static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix_ ? 0 : 1);
+    if (!format && options.max_seq_len > 0)
+      INGOT_CHECK(options.max_seq_len > added_, "prepare: max_seq_len ", options.max_seq_len, " leaves no room for text: every "
+                  "document also takes ", added_, " token(s) (the tokenizer's special tokens and the end-of-text token)");
   }
 
   void add(PendingDocument doc) {
@@ -475,11 +474,9 @@ class DocumentEncoder {
     // A text document is prefix + text + suffix (the tokenizer's special tokens, as `tokenizers`'
     // encode(text) adds them: transformers' run_clm trains Llama 3 on <|begin_of_text|> + text),
     // then the end-of-text token that separates documents, unless the suffix already ends with it.
-    const bool eos_in_suffix = !suffix_.empty() && suffix_.back() == eos_id_;
-    const int64_t added = chat ? 0 : static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix ? 0 : 1);
     const int64_t limit = options_.max_seq_len;
     bool truncated = false;
-    if (limit > 0 && static_cast<int64_t>(ids.size()) + added > limit) {
+    if (limit > 0 && static_cast<int64_t>(ids.size()) + added_ > limit) {
       if (options_.overflow == OverflowPolicy::drop) {
         ++report_.dropped;
         return;
@@ -487,14 +484,14 @@ class DocumentEncoder {
       // A text document keeps its special tokens and end-of-text token (in stream mode the only mark
       // between documents): the text is cut, as transformers' truncation cuts it. A chat sample is
       // cut as it comes.
-      ids.resize(static_cast<size_t>(std::max<int64_t>(0, limit - added)));
+      ids.resize(static_cast<size_t>(limit - added_));  // > 0 for text (the constructor checks)
       if (chat) mask.resize(limit);
       truncated = true;
     }
     if (!chat) {
       ids.insert(ids.begin(), prefix_.begin(), prefix_.end());
       ids.insert(ids.end(), suffix_.begin(), suffix_.end());
-      if (!eos_in_suffix) ids.push_back(eos_id_);  // limit > added (the constructor checks): some text stays
+      if (!eos_in_suffix_) ids.push_back(eos_id_);
     }
     const int64_t trained =
         chat ? std::count(mask.begin(), mask.end(), 1) : static_cast<int64_t>(ids.size());
@@ -513,6 +510,8 @@ class DocumentEncoder {
   const Tokenizer& tokenizer_;
   const int32_t eos_id_;  // ends each text document
   std::vector<int32_t> prefix_, suffix_;  // the tokenizer's special tokens around a text document
+  bool eos_in_suffix_ = false;            // the suffix ends with the end-of-text token: none is added
+  int64_t added_ = 0;                     // tokens a text document gets besides its text (0 for chat)
   const BpeTokenizer* bpe_;
   const ChatFormat* format_;
   ShardSink& sink_;
