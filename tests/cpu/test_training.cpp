@@ -567,9 +567,6 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   EXPECT_NE(out.find("done: step 8 of 8\n"), std::string::npos) << out;
 }
 
-// A checkpoint written by a bf16 run on a GPU and resumed on the CPU (fp32): the log says the
-// weights and moments are converted. The CPU cannot train bf16, so the checkpoint's record is
-// edited to say what a CUDA run writes.
 // A resumed run keeps its architecture: a change that alters no shape (rope_theta here) was taken
 // silently, the loss jumped, and the run's checkpoints disagreed on config.json.
 TEST_F(Training, ResumeRefusesAnotherArchitecture) {
@@ -605,6 +602,9 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
 }
 
+// A checkpoint written by a bf16 run on a GPU and resumed on the CPU (fp32): the log says the
+// weights and moments are converted. The CPU cannot train bf16, so the checkpoint's record is
+// edited to say what a CUDA run writes.
 TEST_F(Training, ResumeNamesAChangedPrecision) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;
@@ -653,6 +653,17 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
                      "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
   EXPECT_NE(out.find("note: resume: the attention backward's plan was \"attention backward on cuDNN in 2 calls\" in the "
                      "checkpoint's run and is \"one call, where cuDNN runs it\" now"), std::string::npos) << out;
+}
+
+// Another val_fraction splits the same tokens into other train windows: the refusal says that,
+// where it used to say "a dataset of N tokens ... hold N tokens".
+TEST_F(Training, ResumeNamesAChangedValidationSplit) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "", &out)) << out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume --set val_fraction=0.3", &out));
+  EXPECT_NE(out.find("train windows but this run has"), std::string::npos) << out;
+  EXPECT_NE(out.find("the training/validation split differs (was val_fraction changed?)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("a dataset of"), std::string::npos) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

@@ -369,10 +369,12 @@ void DataLoader::restore_state(const nlohmann::json& state) {
     INGOT_CHECK(seed == seed_ && seq_len == seq_len_, "data: saved loader state has seed ", seed,
                 " and seq_len ", seq_len, " but this run uses seed ", seed_, " and seq_len ",
                 seq_len_);
-    INGOT_CHECK(num_train == num_train_ && num_tokens == num_tokens_,
-                "data: saved loader state is for a dataset of ", num_tokens, " tokens (", num_train,
-                " train windows) but ", describe_files(files_), " hold ", num_tokens_, " tokens (",
-                num_train_, " train windows)");
+    INGOT_CHECK(num_tokens == num_tokens_, "data: saved loader state is for a dataset of ", num_tokens,
+                " tokens but ", describe_files(files_), " hold ", num_tokens_, " tokens");
+    // The same tokens split otherwise: the validation share (val_fraction) is what moves the split.
+    INGOT_CHECK(num_train == num_train_, "data: saved loader state has ", num_train, " train windows but this run has ",
+                num_train_, " from the same ", num_tokens_, " tokens in ", describe_files(files_),
+                ": the training/validation split differs (was val_fraction changed?)");
     // A state without the key was saved when epoch e's seed was seed + e: the run keeps that order.
     const auto stride = state.value("epoch_seed_stride", uint64_t{1});
     INGOT_CHECK(stride == 1 || stride == kEpochSeedStride, "data: saved loader state has epoch_seed_stride ", stride,
