@@ -7,6 +7,9 @@
 #include <fstream>
 #include <sstream>
 #include <limits>
+#include <cstdlib>
+#include <vector>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,12 +38,39 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 std::string source_dir() { return INGOT_SOURCE_DIR; }
 std::string binary_path() { return INGOT_BINARY; }
 
+namespace {
+
+std::vector<std::filesystem::path>& temp_dirs_made() {
+  static std::vector<std::filesystem::path> dirs;
+  return dirs;
+}
+
+// A test process that passed removes the folders temp_dir made for it; one that failed keeps them
+// to look at, as does any run with INGOT_KEEP_TEST_TMP set. (They used to pile up, one per test
+// and run, under the working directory's test_tmp.)
+class RemoveTempDirsWhenPassed : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Passed() || std::getenv("INGOT_KEEP_TEST_TMP")) return;
+    std::error_code ec;
+    for (const std::filesystem::path& dir : temp_dirs_made()) std::filesystem::remove_all(dir, ec);
+    for (const std::filesystem::path& dir : temp_dirs_made())
+      std::filesystem::remove(dir.parent_path(), ec);  // test_tmp itself, once no process has a folder there
+  }
+};
+
+[[maybe_unused]] const ::testing::Environment* const remove_temp_dirs =
+    ::testing::AddGlobalTestEnvironment(new RemoveTempDirsWhenPassed);
+
+}  // namespace
+
 std::string temp_dir(const std::string& name) {
   namespace fs = std::filesystem;
   // ctest runs tests as parallel processes: the pid keeps one test's files away from another's.
   fs::path dir = fs::current_path() / "test_tmp" / (name + "-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  temp_dirs_made().push_back(dir);
   return dir.string();
 }
 

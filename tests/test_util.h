@@ -47,7 +47,7 @@ void fill_normal(std::vector<T>& v, uint64_t seed, double stddev = 1.0) {
 
 std::string source_dir();      // repository root
 std::string binary_path();     // the built `ingot` CLI
-std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process
+std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process; removed when the process passed
 std::string read_file(const std::string& path);  // whole file, bytes as they are ("" if unreadable)
 
 // Runs fn, which must throw ingot::Error, and returns its message ("" and a test failure if it
