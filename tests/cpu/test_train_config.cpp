@@ -312,6 +312,29 @@ TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
               cuda::cudnn_backward_workspace_bytes(w.B, w.T, w.Hq))
         << what << ": the slices cover the whole";
   }
+  // Slices start their lse (b * Hq + q_head) * T floats in, which cuDNN wants 16-byte aligned: at
+  // Qwen2.5-0.5B's 14 / 2 heads and T = 4095, one row (14 * 4095 floats) is no multiple of 4, two
+  // are. The split used to offer the unaligned slicing, which the backward then declined, running on
+  // the tensor-core kernels while the memory plan's note said cuDNN.
+  const int64_t odd_row = cuda::cudnn_backward_workspace_bytes(1, 4095, 14);
+  for (const Want& w : {Want{4, 4095, 14, 2, 2 * odd_row, 2, 2, 2},
+                        Want{4, 4095, 14, 2, 2 * odd_row - 1, 0, 0, 0},  // one row a call is unaligned
+                        Want{1, 4095, 14, 2, odd_row - 1, 0, 0, 0},      // so is one kv head (7 * 4095)
+                        Want{4, 4096, 14, 2, cuda::cudnn_backward_workspace_bytes(1, 4096, 14), 1, 2, 4},
+                        Want{1, 4096, 14, 2, cuda::cudnn_backward_workspace_bytes(1, 4096, 7), 1, 1, 2}}) {
+    const cuda::CudnnBackwardSplit split = cudnn_backward_split(w.B, w.T, w.Hq, w.Hkv, w.limit);
+    const std::string what = std::to_string(w.B) + " x " + std::to_string(w.T) + ", limit " + std::to_string(w.limit);
+    EXPECT_EQ(split.rows, w.rows) << what;
+    EXPECT_EQ(split.kv_heads, w.kv_heads) << what;
+    if (split.fits()) EXPECT_EQ(split.calls(w.B, w.Hkv), w.calls) << what;
+  }
+  // Every slicing a memory plan may choose is aligned.
+  for (const cuda::CudnnBackwardSplit& split : cuda::cudnn_backward_splits(6, 4095, 14, 2)) {
+    if (split.rows < 6) EXPECT_EQ(split.rows * 14 * 4095 % 4, 0) << split.rows << " rows";
+    if (split.kv_heads < 2) EXPECT_EQ(split.kv_heads * 7 * 4095 % 4, 0) << split.kv_heads << " kv heads";
+  }
+  // Six rows: one call, then two rows a call; one or three rows a call would start unaligned.
+  EXPECT_EQ(cuda::cudnn_backward_splits(6, 4095, 14, 2).size(), 2u);
   // Absurd shapes still get the right slices (the search walks divisors up to sqrt(B)), and the
   // workspace saturates rather than wraps around into one that fits.
   const cuda::CudnnBackwardSplit huge = cudnn_backward_split(4000000000, 4096, 32, 8, 4 * GiB);

@@ -268,6 +268,19 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head_dim 256 (key \"head_dim\""), std::string::npos) << e.what();
   }
+  // A residual row longer than the RMSNorm kernels take: refused by the plan, naming the key (it
+  // stopped at the first rmsnorm_forward).
+  for (const int64_t hidden : {int64_t{16392}, int64_t{2052}}) {
+    ModelConfig wide = bench_preset("qwen3-0.6b");
+    wide.hidden_size = hidden;
+    try {
+      estimate_training_memory(wide, make_recipe("bf16", Device::cuda), Device::cuda, 1, 64, 0, Recompute::none, false);
+      ADD_FAILURE() << "hidden_size " << hidden << " was planned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hidden_size " + std::to_string(hidden) + " is above"), std::string::npos)
+          << e.what();
+    }
+  }
   // More than 65535 rows at a head dim only the CUDA-core kernels take (their grid's z dimension):
   // refused by the plan, not by a launch error mid-step.
   ModelConfig wide_heads = bench_preset("qwen3-0.6b");
@@ -281,6 +294,15 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
   }
   EXPECT_NO_THROW(estimate_training_memory(wide_heads, make_recipe("bf16", Device::cuda), Device::cuda, 65535, 4, 0,
                                            Recompute::none, true));
+  // So is any other shape: whole rows on cuDNN still fall back to the CUDA-core kernels in the fp32
+  // recipe (here), or where cuDNN declines the shape or the workspace does not fit.
+  try {
+    estimate_training_memory(bench_preset("qwen3-0.6b"), make_recipe("fp32", Device::cuda), Device::cuda, 70000, 4, 0,
+                             Recompute::none, false);
+    ADD_FAILURE() << "70000 rows in the fp32 recipe were planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batch 70000 is above 65535"), std::string::npos) << e.what();
+  }
 }
 
 // The engine switches stop a run before its first step when misspelt (they used to measure the

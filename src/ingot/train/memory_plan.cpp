@@ -14,6 +14,7 @@
 #ifdef INGOT_HAVE_CUDA
 #include "ingot/ops/cuda/attention_cudnn.h"
 #include "ingot/ops/cuda/attention_mma.h"
+#include "ingot/ops/cuda/cuda_ops.h"
 #include "ingot/ops/cuda/device.h"
 #endif
 
@@ -61,11 +62,16 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
     if (config.head_dim > cuda::kMaxAttentionHeadDim)
       fail("head_dim ", config.head_dim, " (key \"head_dim\", or hidden_size / num_attention_heads) is above ",
            cuda::kMaxAttentionHeadDim, ", the largest Ingot's CUDA attention takes; train it with device: cpu");
-    if (micro_batch > 65535 && cuda::attention_kernels_for(micro_batch, seq_len, config.num_attention_heads,
-                                                           config.num_key_value_heads, config.head_dim,
-                                                           packed_rows) == cuda::AttentionKernels::cuda_cores)
-      fail("micro-batch ", micro_batch, " is above 65535, the most rows Ingot's CUDA-core attention kernels take ",
-           "(these run at head dim ", config.head_dim, packed_rows ? " over packed rows" : "", ")");
+    if (config.hidden_size > cuda::rmsnorm_max_row_length(config.hidden_size))
+      fail("hidden_size ", config.hidden_size, " is above ", cuda::rmsnorm_max_row_length(config.hidden_size),
+           ", the longest row Ingot's CUDA RMSNorm takes", config.hidden_size % 8 ? " when it is not a multiple of 8" : "",
+           "; train it with device: cpu");
+    // Whichever attention the shape picks, the CUDA-core kernels can end up running it (the fp32
+    // recipe, a shape cuDNN declines, a workspace that does not fit), and their grid has a batch row
+    // per block in z: refused for every shape, where it used to be only when the plan foresaw them.
+    if (micro_batch > 65535)
+      fail("micro-batch ", micro_batch, " is above 65535, the most rows Ingot's CUDA attention takes; "
+           "use gradient_accumulation_steps for a larger batch");
     const int64_t without = attention_scratch(m.attention, 0);
     const int64_t with = attention_scratch(m.attention, std::numeric_limits<int64_t>::max());
     m.attention_workspace = with - without;

@@ -754,11 +754,12 @@ bool attention_cudnn_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out
                                        : cudnn_backward_split(s.B, s.T, s.Hq, s.Hkv, cudnn_backward_workspace_limit());
   if (!split.fits()) return false;
   const int64_t group = s.Hq / s.Hkv;
-  // A slice's lse starts (b * Hq + q_head) * T floats in, and cuDNN wants 16-byte alignment: check
-  // the steps of the dimensions that are split.
-  if ((split.rows < s.B && (split.rows * s.Hq * s.T) % 4 != 0) ||
-      (split.kv_heads < s.Hkv && (split.kv_heads * group * s.T) % 4 != 0))
-    return false;
+  // A slice's lse starts (b * Hq + q_head) * T floats in, and cuDNN wants 16-byte alignment.
+  // cudnn_backward_split gives only aligned slices, so the memory plan's note names what runs.
+  INGOT_CHECK((split.rows == s.B || (split.rows * s.Hq * s.T) % 4 == 0) &&
+                  (split.kv_heads == s.Hkv || (split.kv_heads * group * s.T) % 4 == 0),
+              op, ": slices of ", split.rows, " row(s) x ", split.kv_heads, " kv head(s) at T = ", s.T,
+              " would start lse unaligned");
   Geometry slice = s;
   slice.B = split.rows;
   slice.Hkv = split.kv_heads;

@@ -81,28 +81,39 @@ struct CudnnBackwardSplit {
   }
 };
 
-// The largest divisor of n (>= 1) that is at most cap (>= 1), in O(sqrt(n)) steps.
-inline int64_t largest_divisor_at_most(int64_t n, int64_t cap) {
-  int64_t best = 1;
+// The largest divisor d of n (>= 1) that is at most cap and for which d * unit is a multiple of 4
+// (or d == n), in O(sqrt(n)) steps; 0 if none. Slices of the backward start every d * unit floats
+// of lse, and cuDNN wants each start 16-byte aligned; d == n is no slicing at all.
+inline int64_t largest_aligned_divisor_at_most(int64_t n, int64_t cap, int64_t unit) {
+  int64_t best = 0;
+  auto consider = [&](int64_t d) {
+    if (d <= cap && (d == n || (d % 4) * (unit % 4) % 4 == 0)) best = std::max(best, d);
+  };
   for (int64_t d = 1; d <= n / d; ++d)
     if (n % d == 0) {
-      if (d <= cap) best = std::max(best, d);
-      if (n / d <= cap) best = std::max(best, n / d);
+      consider(d);
+      consider(n / d);
     }
   return best;
 }
 
 // The largest slices of a (B, T, Hq, Hkv) backward whose workspace is within limit_bytes, all of
 // one size (one plan serves every call): every kv head and the most rows that divide B; else one
-// row and the most kv heads that divide Hkv; else {0, 0} (nothing fits).
+// row and the most kv heads that divide Hkv; else {0, 0} (nothing fits). Only slices whose lse
+// starts are 16-byte aligned count (a slice starts at (b * Hq + q_head) * T floats): at a T that
+// is not a multiple of 4 some slicings are left out, and the memory plan picks among the rest.
 inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t limit_bytes) {
   if (B <= 0 || Hkv <= 0 || limit_bytes < 0) return {};
   const int64_t row = cudnn_backward_workspace_bytes(1, T, Hq);
   if (row == 0) return {B, Hkv};
-  if (row <= limit_bytes) return {largest_divisor_at_most(B, std::min(B, limit_bytes / row)), Hkv};
+  if (row <= limit_bytes) {
+    const int64_t rows = largest_aligned_divisor_at_most(B, std::min(B, limit_bytes / row), Hq * T);
+    if (rows > 0) return {rows, Hkv};
+  }
   const int64_t kv_head = cudnn_backward_workspace_bytes(1, T, Hq / Hkv);
-  if (kv_head <= limit_bytes) return {1, largest_divisor_at_most(Hkv, limit_bytes / kv_head)};
-  return {};
+  if (kv_head > limit_bytes || (B > 1 && (Hq * T) % 4 != 0)) return {};
+  const int64_t kv_heads = largest_aligned_divisor_at_most(Hkv, limit_bytes / kv_head, (Hq / Hkv) * T);
+  return kv_heads > 0 ? CudnnBackwardSplit{1, kv_heads} : CudnnBackwardSplit{};
 }
 
 // Every distinct slicing of a (B, T, Hq, Hkv) backward, the one call first, then by workspace down

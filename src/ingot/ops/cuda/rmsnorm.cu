@@ -20,6 +20,8 @@ namespace ingot::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+static_assert(rmsnorm_max_row_length(8) == 8 * 8 * kThreads && rmsnorm_max_row_length(1) == 8 * kThreads,
+              "dispatch_row takes up to 8 vectors a thread");
 
 template <int VEC, int P, typename T>
 __global__ void __launch_bounds__(kThreads) rmsnorm_forward_kernel(T* out, float* rstd, const T* in, const T* weight,
