@@ -321,6 +321,8 @@ int main(int argc, char** argv) {
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
                     "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows");
+  bench->add_option("--logits-chunk-tokens", bench_options.logits_chunk_tokens,
+                    "tokens per LM-head + loss chunk, as the config key logits_chunk_tokens (default 0: automatic)");
 
   // A mistyped command would otherwise read as "A subcommand is required": name it and the choices.
   if (argc >= 2 && argv[1][0] != '-') {

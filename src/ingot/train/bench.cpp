@@ -66,6 +66,8 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
 
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   INGOT_CHECK(o.steps >= 1, "ingot bench: --steps must be at least 1, got ", o.steps);
+  INGOT_CHECK(o.logits_chunk_tokens >= 0, "ingot bench: --logits-chunk-tokens must be 0 (automatic) or more, got ",
+              o.logits_chunk_tokens);
   INGOT_CHECK(o.warmup >= 0, "ingot bench: --warmup must be 0 or more, got ", o.warmup);
   INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
               " and ", o.micro_batch);
@@ -97,7 +99,8 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   const int64_t B = o.micro_batch, T = o.seq;
 
   const Recompute recompute = parse_recompute(o.recompute);
-  TrainingMemory memory = estimate_training_memory(config, recipe, ctx.device, B, T, 0, recompute, o.packed_doc_len > 0);
+  TrainingMemory memory = estimate_training_memory(config, recipe, ctx.device, B, T, o.logits_chunk_tokens, recompute,
+                                                    o.packed_doc_len > 0);
   const std::string workspace_note = fit_attention_workspace(memory, ctx);
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
   check_memory_fits(memory, ctx, device.description(),
@@ -105,7 +108,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
                         ? "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
                           "or --grad-dtype / --optimizer-state-dtype bf16"
                         : "try a smaller --micro-batch or --seq, or --recompute elementwise or block");
-  Transformer model(config, recipe, ctx, B, T, 0, recompute);
+  Transformer model(config, recipe, ctx, B, T, o.logits_chunk_tokens, recompute);
   model.init_random(1);
   AdamWConfig adam;
   adam.weight_decay = 0.01;

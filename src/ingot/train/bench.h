@@ -21,6 +21,7 @@ struct BenchOptions {
   bool json = false;            // one JSON line instead of a table
   bool profile = false;         // after timing, one step with every op timed: the step breakdown
   int64_t packed_doc_len = 0;   // > 0: rows packed with documents of mean length N (segment ids), as SFT trains
+  int64_t logits_chunk_tokens = 0;  // tokens per LM-head + loss chunk, as the config key; 0: automatic
 };
 
 struct BenchResult {
