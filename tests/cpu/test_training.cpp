@@ -421,6 +421,43 @@ TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
   EXPECT_EQ(read_file(root + "/straight" + last + "/optimizer.safetensors"), read_file(dir + last + "/optimizer.safetensors"));
 }
 
+// A stop during the last step's evaluation: training is complete and saved, the evaluation cut
+// short. The run says that step has no val_loss and ends by the signal; it used to end with status
+// 0 and the val_loss silently missing (and --resume had nothing left to do).
+TEST_F(Training, StopDuringTheLastEvaluationIsNamed) {
+  std::string out;
+  const std::string text = read_file(root + "/text/corpus.txt");
+  std::string repeated;
+  for (int i = 0; i < 200; ++i) repeated += text;
+  fs::create_directories(root + "/big");
+  write_file(root + "/big/corpus.txt", repeated);
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/big/corpus.txt --doc-separator % -o " + root + "/bigdata", &out))
+      << out;
+  // Every validation window of 90% of 2.4M tokens: seconds of evaluation after a step of
+  // milliseconds. The set-up's last line is flushed before the first step.
+  write_file(root + "/last.yaml", tiny_config(root + "/bigdata", root + "/run", 1, 0));
+  const std::string log = root + "/last.log";
+  write_file(root + "/stop.sh", "\"$1\" train \"$2\" --set eval_max_batches=0 --set val_fraction=0.9 >\"$3\" 2>&1 &\n"
+                                "pid=$!\n"
+                                "for i in $(seq 1200); do grep -q '^memory plan:' \"$3\" && break; sleep 0.05; done\n"
+                                "sleep 0.5\n"
+                                "kill -TERM $pid\n"
+                                "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
+                                "kill -KILL $pid 2>/dev/null\n"
+                                "wait $pid\n");
+  const int rc = run_command("bash " + root + "/stop.sh " + cli() + " " + root + "/last.yaml " + log, &out);
+  const std::string logged = read_file(log);
+  EXPECT_EQ(rc, 128 + 15) << out << logged;
+  EXPECT_NE(logged.find("step 1/1 | loss"), std::string::npos) << logged;
+  EXPECT_NE(logged.find(" | no val_loss: SIGTERM cut the evaluation short\n"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("stopped by SIGTERM during the evaluation after the last step (1): training is complete and "
+                        "saved, but step 1 has no val_loss"),
+            std::string::npos) << logged;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-1/model.safetensors")) << logged;
+  ASSERT_EQ(0, run_command(cli() + " train " + root + "/last.yaml --resume --set val_fraction=0.9", &out)) << out;
+  EXPECT_NE(out.find("nothing to do: the run already reached max_steps 1"), std::string::npos) << out;
+}
+
 // An --overwrite run killed outright leaves the old run in .replaced-run-<pid>: later runs in that
 // output_dir say where it is, and keep it, also when --overwrite runs under that same pid again
 // (pids are reused; `exec` keeps the shell's pid here). It used to clear the folder for itself.
@@ -521,7 +558,7 @@ TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
 }
 
 // Settings that quietly do less than they say get a line: a warm-up as long as the run (the peak
-// learning rate is never reached), and eval_steps without validation data.
+// learning rate is never reached), a wsd warm-up into the decay, and eval_steps without validation data.
 TEST_F(Training, NamesAWarmupLongerThanTheRunAndEvaluationWithoutData) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "--set warmup_steps=4 --set val_fraction=0", &out)) << out;
@@ -532,6 +569,15 @@ TEST_F(Training, NamesAWarmupLongerThanTheRunAndEvaluationWithoutData) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--overwrite --set warmup_steps=2", &out)) << out;
   EXPECT_EQ(out.find("warmup_steps 2 is not below"), std::string::npos) << out;
   EXPECT_EQ(out.find("evaluates nothing"), std::string::npos) << out;
+  // A wsd warm-up that runs into the decay (the last 0.2 of 10 steps start at step 8): the rate
+  // jumps down from 8/9 of the peak to half of it.
+  const std::string wsd = "--overwrite --set lr_scheduler_type=wsd --set wsd_decay_ratio=0.2";
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 10, 0), "run", wsd + " --set warmup_steps=9", &out)) << out;
+  EXPECT_NE(out.find("warning: --set warmup_steps=9: warmup_steps 9 runs into the wsd decay (the last 0.2 of max_steps 10, "
+                     "from step 8): the learning rate never holds at learning_rate, and drops from 0.00888889 to 0.005 "
+                     "after the warm-up"), std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 10, 0), "run", wsd + " --set warmup_steps=8", &out)) << out;
+  EXPECT_EQ(out.find("runs into the wsd decay"), std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {

@@ -449,6 +449,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   schedule.total_steps = c.max_steps;
   schedule.min_lr_ratio = c.min_lr_ratio;
   schedule.decay_ratio = c.wsd_decay_ratio;
+  if (c.lr_scheduler_type == "wsd" && c.warmup_steps < c.max_steps) {
+    // The decay's start, as LrSchedule::at computes it: a warm-up past it jumps down at its end.
+    const double decay_start = static_cast<double>(c.max_steps) -
+                               std::max(1.0, c.wsd_decay_ratio * static_cast<double>(c.max_steps));
+    if (static_cast<double>(c.warmup_steps) > decay_start)
+      log << "warning: " << c.source_of({"warmup_steps", "wsd_decay_ratio", "max_steps"}) << ": warmup_steps "
+          << c.warmup_steps << " runs into the wsd decay (the last " << c.wsd_decay_ratio << " of max_steps "
+          << c.max_steps << ", from step " << decay_start << "): the learning rate never holds at learning_rate, and drops from "
+          << schedule.at(c.warmup_steps - 1) << " to " << schedule.at(c.warmup_steps) << " after the warm-up\n";
+  }
 
   int64_t start_step = 0;
   if (options.resume) {
@@ -495,6 +505,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   };
 
   data::ValIterator val = loader.validation();
+  bool eval_cut_short = false;  // by a stop signal: that step has no val_loss
   auto evaluate = [&]() -> double {
     if (loader.num_val_windows() == 0) return -1;
     val.reset();
@@ -502,7 +513,10 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     int64_t count = 0, batches = 0;
     while (!val.done() && (c.eval_max_batches == 0 || batches < c.eval_max_batches)) {
       // A scheduler's grace period after SIGTERM is short: the checkpoint comes first.
-      if (stop.received()) return -1;
+      if (stop.received()) {
+        eval_cut_short = true;
+        return -1;
+      }
       if (val.next_batch(B, eval_buffers()) == 0) break;
       for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
       model.load_batch(eval_batch());
@@ -532,6 +546,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     if (replaced && commit) replaced->commit();
   };
 
+  // Set-up's lines reach a redirected log now, not with the first step's (a scheduler's log file,
+  // nohup): graph capture and GEMM timing can make that step a long one.
+  log.flush();
   TrainResult result;
   const auto t_start = std::chrono::steady_clock::now();
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
@@ -592,6 +609,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                       static_cast<long long>(done), static_cast<long long>(c.max_steps));
       log << line;
       if (r.val_loss) log << " | val_loss " << *r.val_loss;
+      if (do_eval && eval_cut_short) log << " | no val_loss: " << signal_name(stop.received()) << " cut the evaluation short";
       log << std::endl;
       metrics.append(r);
       if (loss) {
@@ -651,7 +669,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   if (start_step >= c.max_steps) log << "nothing to do: the run already reached max_steps " << c.max_steps << "\n";
   const int64_t reached = std::max(result.steps, start_step);
   result.steps = reached;
-  if (stop.received() && reached < c.max_steps) {
+  if (stop.received() && reached == c.max_steps && eval_cut_short) {
+    // Training is complete and saved, but the last evaluation is not: the run ends by the signal,
+    // as a scheduler expects, and says what is missing (a --resume has nothing left to do).
+    result.stopped_by = stop.received();
+    log << "stopped by " << signal_name(result.stopped_by) << " during the evaluation after the last step (" << reached
+        << "): training is complete and saved, but step " << reached << " has no val_loss\n";
+  } else if (stop.received() && reached < c.max_steps) {
     result.stopped_by = stop.received();
     log << "stopped by " << signal_name(result.stopped_by) << " after step " << reached << " of " << c.max_steps;
     if (reached > start_step) {

@@ -23,7 +23,7 @@ struct TrainResult {
   std::optional<double> final_loss, final_val_loss;
   int64_t final_loss_step = 0;  // the step final_loss is of (a later step may have had no targets)
   std::string checkpoint_dir;
-  int stopped_by = 0;  // SIGINT or SIGTERM when one ended the run before max_steps (StopSignals)
+  int stopped_by = 0;  // SIGINT or SIGTERM when one ended the run before max_steps or cut its last evaluation short (StopSignals)
 };
 
 TrainResult run_training(const TrainConfig& config, const TrainOptions& options, std::ostream& log);
