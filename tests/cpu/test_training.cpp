@@ -102,6 +102,22 @@ class Training : public ::testing::Test {
     if (run_command("sh -c 'echo $$'", &out) != 0) return "";
     return out.substr(0, out.find_first_not_of("0123456789"));
   }
+  // Runs `ingot train CONFIG FLAGS` in the background with its output in log, waits for a line
+  // starting with wait_for (up to 60 s), then `pause` seconds, sends SIGTERM once and waits for the
+  // exit (up to 60 s, then kills). Returns the exit status.
+  int train_and_stop(const std::string& config, const std::string& flags, const std::string& log,
+                     const std::string& wait_for, const std::string& pause) {
+    write_file(root + "/stop.sh", "\"$1\" train \"$2\" " + flags + " >\"$3\" 2>&1 &\n"
+                                  "pid=$!\n"
+                                  "for i in $(seq 1200); do grep -q '^" + wait_for + "' \"$3\" && break; sleep 0.05; done\n"
+                                  "sleep " + pause + "\n"
+                                  "kill -TERM $pid\n"
+                                  "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
+                                  "kill -KILL $pid 2>/dev/null\n"
+                                  "wait $pid\n");
+    std::string out;
+    return run_command("bash " + root + "/stop.sh " + cli() + " " + config + " " + log, &out);
+  }
   void run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab);
   std::string root, data;
 };
@@ -383,17 +399,9 @@ TEST_F(Training, StopSignalSavesACheckpointToResumeFrom) {
   ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "stopped", "", &out)) << out;
   write_file(root + "/stopped.yaml", tiny_config(data, dir, kSteps, 0));
   const std::string log = root + "/stopped.log";
-  // Waits for step 3 (up to 60 s), signals once, and waits for the exit (up to 60 s, then kills).
-  write_file(root + "/stop.sh", "\"$1\" train \"$2\" --overwrite --set eval_steps=0 >\"$3\" 2>&1 &\n"
-                                "pid=$!\n"
-                                "for i in $(seq 1200); do grep -q '^step 3/' \"$3\" && break; sleep 0.05; done\n"
-                                "kill -TERM $pid\n"
-                                "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
-                                "kill -KILL $pid 2>/dev/null\n"
-                                "wait $pid\n");
-  const int rc = run_command("bash " + root + "/stop.sh " + cli() + " " + root + "/stopped.yaml " + log, &out);
+  const int rc = train_and_stop(root + "/stopped.yaml", "--overwrite --set eval_steps=0", log, "step 3/", "0");
   const std::string text = read_file(log);
-  EXPECT_EQ(rc, 128 + 15) << out << text;
+  EXPECT_EQ(rc, 128 + 15) << text;
   EXPECT_NE(text.find("ingot: SIGTERM: stopping after the step in hand (and saving a checkpoint); a second signal stops at once"),
             std::string::npos) << "the signal is acknowledged when it comes\n" << text;
   const size_t at = text.find("stopped by SIGTERM after step ");
@@ -437,17 +445,10 @@ TEST_F(Training, StopDuringTheLastEvaluationIsNamed) {
   // milliseconds. The set-up's last line is flushed before the first step.
   write_file(root + "/last.yaml", tiny_config(root + "/bigdata", root + "/run", 1, 0));
   const std::string log = root + "/last.log";
-  write_file(root + "/stop.sh", "\"$1\" train \"$2\" --set eval_max_batches=0 --set val_fraction=0.9 >\"$3\" 2>&1 &\n"
-                                "pid=$!\n"
-                                "for i in $(seq 1200); do grep -q '^memory plan:' \"$3\" && break; sleep 0.05; done\n"
-                                "sleep 0.5\n"
-                                "kill -TERM $pid\n"
-                                "for i in $(seq 1200); do kill -0 $pid 2>/dev/null || break; sleep 0.05; done\n"
-                                "kill -KILL $pid 2>/dev/null\n"
-                                "wait $pid\n");
-  const int rc = run_command("bash " + root + "/stop.sh " + cli() + " " + root + "/last.yaml " + log, &out);
+  const int rc = train_and_stop(root + "/last.yaml", "--set eval_max_batches=0 --set val_fraction=0.9", log,
+                                "memory plan:", "0.5");
   const std::string logged = read_file(log);
-  EXPECT_EQ(rc, 128 + 15) << out << logged;
+  EXPECT_EQ(rc, 128 + 15) << logged;
   EXPECT_NE(logged.find("step 1/1 | loss"), std::string::npos) << logged;
   EXPECT_NE(logged.find(" | no val_loss: SIGTERM cut the evaluation short\n"), std::string::npos) << logged;
   EXPECT_NE(logged.find("stopped by SIGTERM during the evaluation after the last step (1): training is complete and "
