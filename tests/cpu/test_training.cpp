@@ -1342,6 +1342,49 @@ TEST_F(Training, ByteDatasetCarriesNoTokenizerFiles) {
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --prompt the --max-new-tokens 4", &out)) << out;
 }
 
+// Fine-tuning on data prepared with another tokenizer: the ids fit the model's vocabulary, so
+// nothing else noticed, and the checkpoints then carried the data's tokenizer. Refused where the
+// vocabularies differ or the data is byte-level; another added token at an id gets a warning.
+TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
+  const std::string fixtures = ingot::test::source_dir() + "/tests/fixtures/chat/";
+  std::string out;
+  for (const char* name : {"llama3", "chatml"})
+    ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + fixtures + name + "_tokenizer -o " + root +
+                                 "/" + name, &out)) << out;
+  std::string config = tiny_config(root + "/llama3", root + "/base", 1, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(config, "base", "--set eval_steps=0", &out)) << out;
+  auto fine_tune = [&](const std::string& data, const std::string& name) {
+    const std::string tiny = tiny_config(data, root + "/" + name, 1, 0);
+    return train("model: " + root + "/base\n" + tiny.substr(tiny.find("train_data:")), name, "--set eval_steps=0", &out);
+  };
+  const std::string base = root + "/base/checkpoint-1";  // what model: names, a run's newest checkpoint
+  EXPECT_NE(0, fine_tune(root + "/chatml", "other"));
+  EXPECT_NE(out.find(root + "/chatml was prepared with another tokenizer than model " + base + "'s: " + root +
+                     "/chatml/tokenizer.json and " + base + "/tokenizer.json number their vocabularies differently; "
+                     "e.g. \"!\" is 5 in the model's and 3 in the data's; prepare the data with --tokenizer " + base),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/other"));
+  EXPECT_NE(0, fine_tune(data, "bytes"));
+  EXPECT_NE(out.find(data + " holds byte-level data (its meta.json says \"tokenizer\": \"byte\"), but model " + base +
+                     " has a tokenizer of its own"), std::string::npos) << out;
+  ASSERT_EQ(0, fine_tune(root + "/llama3", "same")) << out;
+  EXPECT_EQ(out.find("tokenizer.json has added token"), std::string::npos) << out;
+
+  // A renamed added token (as with Llama 3's reserved special tokens): the same vocabulary, a warning.
+  nlohmann::json renamed = nlohmann::json::parse(read_file(fixtures + "llama3_tokenizer/tokenizer.json"));
+  for (nlohmann::json& t : renamed["added_tokens"])
+    if (t["id"] == 4) t["content"] = "<|my_turn_end|>";
+  fs::create_directories(root + "/renamed_tokenizer");
+  write_file(root + "/renamed_tokenizer/tokenizer.json", renamed.dump());
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + root + "/renamed_tokenizer -o " + root +
+                               "/renamed --eos-token '<|end_of_text|>'", &out)) << out;
+  ASSERT_EQ(0, fine_tune(root + "/renamed", "renamed")) << out;
+  EXPECT_NE(out.find("warning: " + root + "/renamed.yaml: " + root + "/renamed/tokenizer.json has added token "
+                     "\"<|my_turn_end|>\" at id 4, where " + base + "/tokenizer.json has \"<|eot_id|>\"; "
+                     "checkpoints carry the data's tokenizer"), std::string::npos) << out;
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;

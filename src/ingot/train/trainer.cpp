@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <set>
@@ -199,6 +200,65 @@ nlohmann::json dataset_meta(const std::string& train_data_entry) {
   return meta.is_object() ? meta : nlohmann::json::object();
 }
 
+// Data prepared with another tokenizer than the starting model's: its ids name other tokens, yet
+// nothing else notices (the ids fit a larger vocabulary: Llama 3's 128k inside Qwen's 152k), and
+// checkpoints then carry the data's tokenizer. Refused where the vocabularies differ; another
+// added token at some id (a renamed reserved special token) gets a warning.
+void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
+  if (c.model.empty()) return;
+  const fs::path model_file = fs::path(c.model) / "tokenizer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(model_file, ec)) return;
+  const std::string model_text = io::read_text_file(model_file.string(), "tokenizer");
+  const nlohmann::json model_json = nlohmann::json::parse(model_text, nullptr, /*allow_exceptions=*/false);
+  for (const std::string& entry : c.train_data) {
+    const fs::path dir = fs::is_directory(entry) ? fs::path(entry) : fs::path(entry).parent_path();
+    if (dataset_meta(entry).value("tokenizer", nlohmann::json()) == "byte")
+      fail(c.source_of({"train_data"}), ": ", dir.string(), " holds byte-level data (its meta.json says \"tokenizer\": "
+           "\"byte\"), but model ", c.model, " has a tokenizer of its own (", model_file.string(),
+           "): the data's ids are bytes, not that tokenizer's tokens; prepare it with --tokenizer ", c.model);
+    const fs::path data_file = dir / "tokenizer.json";
+    if (!fs::is_regular_file(data_file, ec)) continue;
+    const std::string data_text = io::read_text_file(data_file.string(), "tokenizer");
+    if (data_text == model_text) continue;
+    const nlohmann::json data_json = nlohmann::json::parse(data_text, nullptr, /*allow_exceptions=*/false);
+    if (model_json.is_discarded() || data_json.is_discarded()) continue;  // unreadable: the tokenizer's own load names it
+    const nlohmann::json none;
+    const nlohmann::json& model_vocab = model_json.contains("model") ? model_json["model"].value("vocab", none) : none;
+    const nlohmann::json& data_vocab = data_json.contains("model") ? data_json["model"].value("vocab", none) : none;
+    if (model_vocab != data_vocab) {
+      std::string first;  // a token the two number differently, for the message
+      if (model_vocab.is_object() && data_vocab.is_object())
+        for (const auto& [token, id] : model_vocab.items())
+          if (!data_vocab.contains(token) || data_vocab[token] != id) {
+            first = "; e.g. " + nlohmann::json(token).dump() + " is " + id.dump() + " in the model's and " +
+                    (data_vocab.contains(token) ? data_vocab[token].dump() : std::string("absent")) + " in the data's";
+            break;
+          }
+      fail(c.source_of({"train_data", "model"}), ": ", dir.string(), " was prepared with another tokenizer than model ",
+           c.model, "'s: ", data_file.string(), " and ", model_file.string(), " number their vocabularies differently",
+           first, "; prepare the data with --tokenizer ", c.model);
+    }
+    auto added = [](const nlohmann::json& j) {
+      std::map<int64_t, std::string> by_id;
+      if (j.contains("added_tokens") && j["added_tokens"].is_array())
+        for (const nlohmann::json& t : j["added_tokens"])
+          if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
+            by_id[t["id"].get<int64_t>()] = t["content"].get<std::string>();
+      return by_id;
+    };
+    const std::map<int64_t, std::string> model_added = added(model_json), data_added = added(data_json);
+    for (const auto& [id, content] : data_added)
+      if (auto it = model_added.find(id); it == model_added.end() || it->second != content) {
+        log << "warning: " << c.source_of({"train_data", "model"}) << ": " << data_file.string() << " has added token "
+            << nlohmann::json(content).dump() << " at id " << id << ", where " << model_file.string() << " has "
+            << (it == model_added.end() ? std::string("none") : nlohmann::json(it->second).dump())
+            << "; checkpoints carry the data's tokenizer\n";
+        break;
+      }
+  }
+}
+
 // Files that make a checkpoint self-contained for generation and export.
 std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
@@ -387,6 +447,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   data_config.packing = data::resolve_packing_mode(c.packing, c.train_data);
   data_config.use_loss_mask = !c.train_on_inputs;
   data::DataLoader loader(data_config);
+  check_data_tokenizer(c, log);
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
