@@ -1385,6 +1385,26 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
                      "checkpoints carry the data's tokenizer"), std::string::npos) << out;
 }
 
+// An evaluation whose batches hold no trained target (long prompts, masked) says why the step has
+// no val_loss; it was left out without a word, at every evaluation.
+TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
+  std::string jsonl, prompt;
+  for (int i = 0; i < 60; ++i) prompt += "what is this ";
+  for (int i = 0; i < 40; ++i)
+    jsonl += "{\"messages\": [{\"role\": \"user\", \"content\": \"" + prompt +
+             "\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}\n";
+  write_file(root + "/chats.jsonl", jsonl);
+  std::string out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " + ingot::test::source_dir() +
+                               "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json -o " + root + "/chat-data", &out)) << out;
+  std::string config = tiny_config(root + "/chat-data", root + "/run", 4, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(config, "run", "--set eval_steps=2 --set eval_max_batches=1", &out)) << out;
+  EXPECT_NE(out.find(" | no val_loss: no trained target in the 1 validation batch(es) evaluated (all masked or padding; "
+                     "eval_max_batches 1, 0 evaluates them all)\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("val_loss "), std::string::npos) << out;
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;

@@ -567,7 +567,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
 
   data::ValIterator val = loader.validation();
   bool eval_cut_short = false;  // by a stop signal: that step has no val_loss
+  int64_t eval_batches_without_targets = 0;  // the last evaluation's batches, when none held a trained target
   auto evaluate = [&]() -> double {
+    eval_batches_without_targets = 0;
     if (loader.num_val_windows() == 0) return -1;
     val.reset();
     double loss_sum = 0;
@@ -584,6 +586,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       loss_sum += model.forward_loss();
       ++batches;
     }
+    if (count == 0) eval_batches_without_targets = batches;
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
@@ -671,6 +674,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       log << line;
       if (r.val_loss) log << " | val_loss " << *r.val_loss;
       if (do_eval && eval_cut_short) log << " | no val_loss: " << signal_name(stop.received()) << " cut the evaluation short";
+      if (do_eval && eval_batches_without_targets > 0)
+        log << " | no val_loss: no trained target in the " << eval_batches_without_targets << " validation batch(es) "
+            << "evaluated (all masked or padding; eval_max_batches " << c.eval_max_batches << ", 0 evaluates them all)";
       log << std::endl;
       metrics.append(r);
       if (loss) {
