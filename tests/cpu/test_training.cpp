@@ -702,6 +702,23 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
                      "checkpoint's run and is \"one call, where cuDNN runs it\" now"), std::string::npos) << out;
 }
 
+// --resume with model: naming an older checkpoint of the same run (to go back before a divergence)
+// is refused with the way to do that; it resumed from the newest without a word.
+TEST_F(Training, ResumeRefusesAnOlderCheckpointAsModel) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 4, 2), "run", "--set eval_steps=0", &out)) << out;
+  ASSERT_TRUE(fs::exists(root + "/run/checkpoint-2"));
+  const std::string tiny = tiny_config(data, root + "/run", 6, 2);
+  const std::string rest = tiny.substr(tiny.find("train_data:"));
+  EXPECT_NE(0, train("model: " + root + "/run/checkpoint-2\n" + rest, "back", "--resume --set eval_steps=0", &out));
+  EXPECT_NE(out.find("back.yaml: --resume continues from the run's newest checkpoint, " + root + "/run/checkpoint-4, not "
+                     "from model " + root + "/run/checkpoint-2; to go back to " + root + "/run/checkpoint-2, move the "
+                     "checkpoints after it out of " + root + "/run"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-6"));
+  ASSERT_EQ(0, train("model: " + root + "/run/checkpoint-4\n" + rest, "newest", "--resume --set eval_steps=0", &out)) << out;
+  EXPECT_NE(out.find("resumed from " + root + "/run/checkpoint-4 at step 4"), std::string::npos) << out;
+}
+
 // Another val_fraction splits the same tokens into other train windows: the refusal says that,
 // where it used to say "a dataset of N tokens ... hold N tokens".
 TEST_F(Training, ResumeNamesAChangedValidationSplit) {

@@ -525,6 +525,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   if (options.resume) {
     const std::vector<std::string> checkpoints = list_checkpoints(c.output_dir);
     const std::string dir = checkpoints.back();
+    // model: naming an older checkpoint of this run reads as "resume from there", which --resume
+    // does not do: it took the newest without a word.
+    std::error_code ec;
+    for (size_t i = 0; !c.model.empty() && i + 1 < checkpoints.size(); ++i)
+      if (fs::weakly_canonical(checkpoints[i], ec) == fs::weakly_canonical(c.model, ec))
+        fail(c.source_of({"model"}), ": --resume continues from the run's newest checkpoint, ", dir, ", not from model ",
+             c.model, "; to go back to ", checkpoints[i], ", move the checkpoints after it out of ", c.output_dir);
     nlohmann::json state;
     try {
       state = load_resume_checkpoint(dir, ctx, model, optimizer);
