@@ -1422,6 +1422,24 @@ TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
   EXPECT_EQ(out.find("val_loss "), std::string::npos) << out;
 }
 
+// generate on a folder without tokenizer.json reads and writes bytes: right for a byte-level model,
+// garbage (without a word, it was) for one whose tokenizer files were not copied along.
+TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
+  std::string out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + ingot::test::source_dir() +
+                               "/tests/fixtures/chat/llama3_tokenizer -o " + root + "/bpe", &out)) << out;
+  std::string config = tiny_config(root + "/bpe", root + "/run", 1, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(config, "run", "--set eval_steps=0", &out)) << out;
+  fs::remove(root + "/run/checkpoint-1/tokenizer.json");
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --prompt the --max-new-tokens 2", &out)) << out;
+  EXPECT_NE(out.find("warning: " + root + "/run/checkpoint-1 has no tokenizer.json, so text is read and written as bytes "
+                     "(ids 0-256), but the model's vocab_size is 515"), std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/bytes", 1, 0), "bytes", "--set eval_steps=0", &out)) << out;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/bytes --prompt the --max-new-tokens 2", &out)) << out;
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;
