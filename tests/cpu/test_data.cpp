@@ -859,6 +859,28 @@ TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   EXPECT_NE(msg.find("body"), std::string::npos) << msg;
 }
 
+// --text-field names a JSON Lines field; where no input is JSON Lines it was ignored, and docs.json
+// (datasets' to_json writes JSON Lines under that name) trained its raw JSON as text. An upper-case
+// extension is JSON Lines too.
+TEST(DataPrepare, TextFieldWithoutJsonLinesIsAnError) {
+  const std::string dir = test::temp_dir("prepare_text_field");
+  write_text(dir + "/docs.json", "{\"body\": \"abc\"}\n{\"body\": \"de\"}\n");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/docs.json"};
+  o.output_dir = dir + "/out";
+  o.text_field = "body";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: --text-field body applies to JSON Lines inputs (*.jsonl, *.ndjson), and none of the "
+                     "inputs is one (" + dir + "/docs.json would be read as plain text)"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+  fs::rename(dir + "/docs.json", dir + "/DOCS.JSONL");
+  o.inputs = {dir + "/DOCS.JSONL"};
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 2);
+  EXPECT_EQ(r.num_tokens, 4 + 3);  // abc<eos> de<eos>: the field's text, not the JSON
+}
+
 TEST(DataPrepare, EmptyInputIsAnError) {
   const std::string dir = test::temp_dir("prepare_empty");
   write_text(dir + "/in/blank.txt", "  \n\n");

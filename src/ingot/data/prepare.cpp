@@ -42,7 +42,8 @@ bool is_hidden(const fs::path& p) {
 }
 
 bool is_jsonl(const fs::path& p) {
-  const std::string ext = p.extension().string();
+  std::string ext = p.extension().string();
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));  // DATA.JSONL too
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
@@ -611,6 +612,13 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(eos_id >= 0, "prepare: the tokenizer has no end-of-text token to separate documents (eos_token in "
                              "tokenizer_config.json, or --eos-token)");
   const std::vector<InputFile> files = collect_inputs(options);
+  // --text-field where no input is read as JSON Lines was ignored: docs.json (what datasets'
+  // to_json names its JSON Lines) trained its raw JSON as text.
+  if (!chat && options.text_field != "text" &&
+      std::none_of(files.begin(), files.end(), [](const InputFile& f) { return is_jsonl(f.path); }))
+    fail("prepare: --text-field ", options.text_field, " applies to JSON Lines inputs (*.jsonl, *.ndjson), and none of "
+         "the inputs is one (", files.empty() ? std::string("none found") : files.front().path.string(),
+         files.size() > 1 ? " and others" : "", " would be read as plain text); name JSON Lines files .jsonl");
   const CreatedOutputDir created_output{options.output_dir, check_output(options)};
   StagingDir staging(options.output_dir);
   PrepareOptions staged = options;  // every file is written into the staging folder
