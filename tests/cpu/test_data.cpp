@@ -881,6 +881,21 @@ TEST(DataPrepare, TextFieldWithoutJsonLinesIsAnError) {
   EXPECT_EQ(r.num_tokens, 4 + 3);  // abc<eos> de<eos>: the field's text, not the JSON
 }
 
+// A file named twice is read once: the report says so (repeating it on the command line, to
+// upsample it, did nothing without a word).
+TEST(DataPrepare, FileNamedTwiceIsReadOnceAndSaid) {
+  const std::string dir = test::temp_dir("prepare_named_twice");
+  write_text(dir + "/a.txt", "abc");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt", dir + "/./a.txt"};
+  o.output_dir = dir + "/out";
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_tokens, 4);
+  EXPECT_EQ(r.repeated_inputs, std::vector<std::string>{dir + "/./a.txt"});
+  EXPECT_NE(r.to_string().find("prepare: read once: " + dir + "/./a.txt named again"), std::string::npos) << r.to_string();
+}
+
 TEST(DataPrepare, EmptyInputIsAnError) {
   const std::string dir = test::temp_dir("prepare_empty");
   write_text(dir + "/in/blank.txt", "  \n\n");

@@ -66,8 +66,9 @@ bool is_blank(std::string_view s) {
                      [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
 }
 
-// Inputs expanded to files in a deterministic order, each real file once.
-std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
+// Inputs expanded to files in a deterministic order, each real file once; the inputs that named a
+// file already named go to *repeated (repeating a file does not upsample it: the report says so).
+std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector<std::string>* repeated) {
   INGOT_CHECK(!options.inputs.empty(), "prepare: no inputs given");
   std::error_code ec;
   const fs::path output = fs::weakly_canonical(options.output_dir, ec);
@@ -75,7 +76,10 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options) {
   std::set<fs::path> seen;
   auto add = [&](const fs::path& p, bool from_directory) {
     const fs::path canonical = fs::weakly_canonical(p, ec);
-    if (!seen.insert(ec ? p : canonical).second) return;
+    if (!seen.insert(ec ? p : canonical).second) {
+      if (!from_directory) repeated->push_back(p.string());
+      return;
+    }
     files.push_back({p, from_directory});
   };
   for (const std::string& input : options.inputs) {
@@ -567,6 +571,10 @@ std::string PrepareReport::to_string() const {
     s << "\nprepare: skipped " << skipped_binary_files
       << " binary files (the first: " << first_skipped_binary_file << ")";
   if (empty_files) s << "\nprepare: skipped " << empty_files << " empty files";
+  if (!repeated_inputs.empty())
+    s << "\nprepare: read once: " << repeated_inputs.front()
+      << (repeated_inputs.size() > 1 ? " and " + std::to_string(repeated_inputs.size() - 1) + " more" : std::string())
+      << " named again (a file is read once however often it is named; to weight it, copy it)";
   if (skipped_json_lines)
     s << "\nprepare: skipped " << skipped_json_lines << " invalid JSONL lines";
   return s.str();
@@ -611,7 +619,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   if (!chat)
     INGOT_CHECK(eos_id >= 0, "prepare: the tokenizer has no end-of-text token to separate documents (eos_token in "
                              "tokenizer_config.json, or --eos-token)");
-  const std::vector<InputFile> files = collect_inputs(options);
+  std::vector<std::string> repeated_inputs;
+  const std::vector<InputFile> files = collect_inputs(options, &repeated_inputs);
   // --text-field where no input is read as JSON Lines was ignored: docs.json (what datasets'
   // to_json names its JSON Lines) trained its raw JSON as text.
   if (!chat && options.text_field != "text" &&
@@ -626,6 +635,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
 
   PrepareReport report;
   report.output_dir = options.output_dir;
+  report.repeated_inputs = repeated_inputs;
   if (format) report.chat_format = format->name();
   int64_t total_bytes = 0;
   for (const InputFile& f : files) {
