@@ -776,6 +776,8 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   EXPECT_NE(out.find("--steps must be at least 1"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --logits-chunk-tokens -1", &out));
   EXPECT_NE(out.find("--logits-chunk-tokens must be 0 (automatic) or more, got -1"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " prepare " + root + "/text --max-seq-len -5 -o " + root + "/neg", &out));
+  EXPECT_NE(out.find("prepare: --max-seq-len must be 0 (no limit) or more, got -5"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
   EXPECT_NE(out.find("device must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
   // Shapes whose token count overflowed the memory plan (a negative total, "arena overflow").

@@ -585,8 +585,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   INGOT_CHECK(options.shard_tokens > 0 && options.shard_tokens <= (int64_t{1} << 40),
               "prepare: shard_tokens must be between 1 and 2^40, got ", options.shard_tokens);
   INGOT_CHECK(options.num_threads >= 0 && options.num_threads <= 1024,
-              "prepare: threads must be between 0 (all cores) and 1024, got ", options.num_threads);
-  INGOT_CHECK(options.max_seq_len >= 0, "prepare: max_seq_len must be >= 0, got ",
+              "prepare: --threads must be between 0 (all cores) and 1024, got ", options.num_threads);
+  INGOT_CHECK(options.max_seq_len >= 0, "prepare: --max-seq-len must be 0 (no limit) or more, got ",
               options.max_seq_len);
   INGOT_CHECK(tokenizer.vocab_size() > 0 && tokenizer.vocab_size() < (int64_t{1} << 32),
               "prepare: tokenizer vocab size ", tokenizer.vocab_size(), " is out of range");
