@@ -175,7 +175,14 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
       fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
     return nullptr;
   }
-  const std::vector<fs::path> old = run_files(dir);
+  std::vector<fs::path> old = run_files(dir);
+  // An empty metrics.jsonl and nothing else: a run killed before its first step (a second Ctrl-C,
+  // SIGKILL) holds nothing to keep or resume, and it no longer asks for --overwrite.
+  std::error_code ec;
+  if (old.size() == 1 && old.front() == dir / "metrics.jsonl" && fs::file_size(old.front(), ec) == 0 && !ec) {
+    fs::remove(old.front(), ec);
+    old.clear();
+  }
   if (!old.empty() && !o.overwrite) {
     if (list_checkpoints(c.output_dir).empty())  // e.g. a run killed before its first save
       fail("output_dir ", c.output_dir, " already holds a run (", old.front().filename().string(),
