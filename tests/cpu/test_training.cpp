@@ -442,21 +442,22 @@ TEST_F(Training, StopDuringTheLastEvaluationIsNamed) {
   ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/big/corpus.txt --doc-separator % -o " + root + "/bigdata", &out))
       << out;
   // Every validation window of 90% of 2.4M tokens: seconds of evaluation after a step of
-  // milliseconds. The set-up's last line is flushed before the first step.
-  write_file(root + "/last.yaml", tiny_config(root + "/bigdata", root + "/run", 1, 0));
+  // milliseconds. The signal comes once step 1 is logged: during step 2 or, far likelier, its
+  // evaluation, the last step's either way.
+  write_file(root + "/last.yaml", tiny_config(root + "/bigdata", root + "/run", 2, 0));
   const std::string log = root + "/last.log";
-  const int rc = train_and_stop(root + "/last.yaml", "--set eval_max_batches=0 --set val_fraction=0.9", log,
-                                "memory plan:", "0.5");
+  const std::string flags = "--set eval_max_batches=0 --set val_fraction=0.9 --set eval_steps=2";
+  const int rc = train_and_stop(root + "/last.yaml", flags, log, "step 1/2", "0");
   const std::string logged = read_file(log);
   EXPECT_EQ(rc, 128 + 15) << logged;
-  EXPECT_NE(logged.find("step 1/1 | loss"), std::string::npos) << logged;
-  EXPECT_NE(logged.find(" | no val_loss: SIGTERM cut the evaluation short\n"), std::string::npos) << logged;
-  EXPECT_NE(logged.find("stopped by SIGTERM during the evaluation after the last step (1): training is complete and "
-                        "saved, but step 1 has no val_loss"),
+  EXPECT_NE(logged.find("step 2/2 | loss"), std::string::npos) << logged;
+  EXPECT_NE(logged.find(" | no val_loss: SIGTERM came before the evaluation ended\n"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("stopped by SIGTERM before the last step's evaluation ended (step 2): training is complete and "
+                        "saved, but step 2 has no val_loss"),
             std::string::npos) << logged;
-  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-1/model.safetensors")) << logged;
-  ASSERT_EQ(0, run_command(cli() + " train " + root + "/last.yaml --resume --set val_fraction=0.9", &out)) << out;
-  EXPECT_NE(out.find("nothing to do: the run already reached max_steps 1"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-2/model.safetensors")) << logged;
+  ASSERT_EQ(0, run_command(cli() + " train " + root + "/last.yaml --resume " + flags, &out)) << out;
+  EXPECT_NE(out.find("nothing to do: the run already reached max_steps 2"), std::string::npos) << out;
 }
 
 // A run killed before its first step (a second Ctrl-C) leaves an empty metrics.jsonl: the next run
@@ -595,6 +596,12 @@ TEST_F(Training, NamesAWarmupLongerThanTheRunAndEvaluationWithoutData) {
                      "after the warm-up"), std::string::npos) << out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 10, 0), "run", wsd + " --set warmup_steps=8", &out)) << out;
   EXPECT_EQ(out.find("runs into the wsd decay"), std::string::npos) << out;
+  // A long decay (0.9 of 100 steps, from step 10) that the warm-up enters early: the rate rises.
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 100, 0), "run",
+                     "--overwrite --set lr_scheduler_type=wsd --set wsd_decay_ratio=0.9 --set warmup_steps=11", &out)) << out;
+  EXPECT_NE(out.find("runs into the wsd decay (the last 0.9 of max_steps 100, from step 10): the learning rate never "
+                     "holds at learning_rate, and jumps from 0.00909091 to 0.00988889 after the warm-up"),
+            std::string::npos) << out;
 }
 
 TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
@@ -1395,15 +1402,25 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
   };
   const std::string base = root + "/base/checkpoint-1";  // what model: names, a run's newest checkpoint
   EXPECT_NE(0, fine_tune(root + "/chatml", "other"));
-  EXPECT_NE(out.find(root + "/chatml was prepared with another tokenizer than model " + base + "'s: " + root +
-                     "/chatml/tokenizer.json and " + base + "/tokenizer.json number their vocabularies differently; "
-                     "e.g. \"!\" is 5 in the model's and 3 in the data's; prepare the data with --tokenizer " + base),
-            std::string::npos) << out;
+  EXPECT_NE(out.find(root + "/chatml was prepared with another tokenizer than model " + base + "'s: id 3 is \"!\" in " +
+                     root + "/chatml/tokenizer.json but \"<|end_header_id|>\" in " + base + "/tokenizer.json; prepare "
+                     "the data with --tokenizer " + base), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/other"));
   EXPECT_NE(0, fine_tune(data, "bytes"));
   EXPECT_NE(out.find(data + " holds byte-level data (its meta.json says \"tokenizer\": \"byte\"), but model " + base +
                      " has a tokenizer of its own"), std::string::npos) << out;
   ASSERT_EQ(0, fine_tune(root + "/llama3", "same")) << out;
+  EXPECT_EQ(out.find("tokenizer.json has added token"), std::string::npos) << out;
+
+  // The same tokenizer converted otherwise (special tokens only among the added tokens, not in the
+  // vocabulary as well): every id names the same token, so no refusal and no warning.
+  nlohmann::json converted = nlohmann::json::parse(read_file(fixtures + "llama3_tokenizer/tokenizer.json"));
+  for (const nlohmann::json& t : converted["added_tokens"]) converted["model"]["vocab"].erase(t["content"].get<std::string>());
+  fs::create_directories(root + "/converted_tokenizer");
+  write_file(root + "/converted_tokenizer/tokenizer.json", converted.dump(1));
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + root + "/converted_tokenizer -o " + root +
+                               "/converted --eos-token '<|end_of_text|>'", &out)) << out;
+  ASSERT_EQ(0, fine_tune(root + "/converted", "converted")) << out;
   EXPECT_EQ(out.find("tokenizer.json has added token"), std::string::npos) << out;
 
   // A renamed added token (as with Llama 3's reserved special tokens): the same vocabulary, a warning.
@@ -1461,6 +1478,9 @@ TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
     ASSERT_EQ(0, train(bytes, std::string("bytes") + vocab, "--set eval_steps=0", &out)) << out;
     ASSERT_EQ(0, run_command(cli() + " generate " + root + "/bytes" + vocab + " --prompt the --max-new-tokens 2", &out)) << out;
     EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+    ASSERT_EQ(0, run_command(cli() + " export " + root + "/bytes" + vocab + " " + root + "/hf" + vocab, &out)) << out;
+    ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf" + vocab + " --prompt the --max-new-tokens 2", &out)) << out;
+    EXPECT_EQ(out.find("warning"), std::string::npos) << "an export of a byte-level model\n" << out;
   }
 }
 

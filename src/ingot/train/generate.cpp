@@ -98,10 +98,12 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   INGOT_CHECK(tokenizer->vocab_size() <= config.vocab_size, "tokenizer ", tokenizer->name(), " has ",
               tokenizer->vocab_size(), " ids but the model's vocab_size is ", config.vocab_size);
   // Bytes by default where the folder has no tokenizer.json: right for Ingot's byte-level models
-  // (whose checkpoints, trainer_state.json beside them, may pad the vocabulary), garbage for a
-  // model whose tokenizer files were not copied along with its weights.
-  if (o.tokenizer.empty() && !fs::exists(fs::path(dir) / "tokenizer.json") &&
-      !fs::exists(fs::path(dir) / "trainer_state.json") && config.vocab_size != data::ByteTokenizer::kVocabSize)
+  // (their checkpoints, trainer_state.json beside them, and their exports, whose end of text is the
+  // byte tokenizer's 256, may pad the vocabulary), garbage for a model whose tokenizer files were
+  // not copied along with its weights.
+  const bool byte_level_model = fs::exists(fs::path(dir) / "trainer_state.json") || config.eos_token_id == data::ByteTokenizer::kEndOfText;
+  if (o.tokenizer.empty() && !fs::exists(fs::path(dir) / "tokenizer.json") && !byte_level_model &&
+      config.vocab_size != data::ByteTokenizer::kVocabSize)
     std::cerr << "warning: " << dir << " has no tokenizer.json, so text is read and written as bytes (ids 0-256), but "
               << "the model's vocab_size is " << config.vocab_size << ": it was likely trained with another tokenizer; "
               << "copy that tokenizer.json into " << dir << " or pass --tokenizer\n";

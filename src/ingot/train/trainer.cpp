@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <thread>
@@ -168,7 +169,7 @@ void check_output_dir(const TrainConfig& c, const TrainOptions& o) {
 
 // Refuses to mix a new run into an old one unless the user said which they want. Runs under
 // output_dir's lock.
-std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o) {
+std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o, bool lock_held) {
   const fs::path dir(c.output_dir);
   if (o.resume) {
     if (list_checkpoints(c.output_dir).empty())
@@ -176,10 +177,12 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
     return nullptr;
   }
   std::vector<fs::path> old = run_files(dir);
-  // An empty metrics.jsonl and nothing else: a run killed before its first step (a second Ctrl-C,
-  // SIGKILL) holds nothing to keep or resume, and it no longer asks for --overwrite.
+  // An empty metrics.jsonl and nothing else: a run killed before its first logged step (a second
+  // Ctrl-C, SIGKILL) holds nothing to keep or resume, and it no longer asks for --overwrite. Only
+  // under the lock: without one (a file system without flock) it may be a live run's.
   std::error_code ec;
-  if (old.size() == 1 && old.front() == dir / "metrics.jsonl" && fs::file_size(old.front(), ec) == 0 && !ec) {
+  if (lock_held && old.size() == 1 && old.front() == dir / "metrics.jsonl" && fs::file_size(old.front(), ec) == 0 &&
+      !ec) {
     fs::remove(old.front(), ec);
     old.clear();
   }
@@ -207,10 +210,37 @@ nlohmann::json dataset_meta(const std::string& train_data_entry) {
   return meta.is_object() ? meta : nlohmann::json::object();
 }
 
+// A tokenizer.json's tokens by id: model.vocab (BPE and WordLevel: token -> id; Unigram: [token,
+// score] by id) with added_tokens over it. Conversions differ in whether special tokens are in the
+// vocabulary too; by id they agree.
+std::map<int64_t, std::string> tokens_by_id(const nlohmann::json& tokenizer) {
+  std::map<int64_t, std::string> tokens;
+  const nlohmann::json none;
+  const nlohmann::json& vocab = tokenizer.contains("model") && tokenizer["model"].is_object()
+                                    ? tokenizer["model"].value("vocab", none) : none;
+  if (vocab.is_object()) {
+    for (const auto& [token, id] : vocab.items())
+      if (id.is_number_integer()) tokens[id.get<int64_t>()] = token;
+  } else if (vocab.is_array()) {
+    for (size_t i = 0; i < vocab.size(); ++i)
+      if (vocab[i].is_array() && !vocab[i].empty() && vocab[i][0].is_string()) tokens[int64_t(i)] = vocab[i][0].get<std::string>();
+  }
+  return tokens;
+}
+std::map<int64_t, std::string> added_tokens_by_id(const nlohmann::json& tokenizer) {
+  std::map<int64_t, std::string> tokens;
+  if (tokenizer.contains("added_tokens") && tokenizer["added_tokens"].is_array())
+    for (const nlohmann::json& t : tokenizer["added_tokens"])
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
+        tokens[t["id"].get<int64_t>()] = t["content"].get<std::string>();
+  return tokens;
+}
+
 // Data prepared with another tokenizer than the starting model's: its ids name other tokens, yet
 // nothing else notices (the ids fit a larger vocabulary: Llama 3's 128k inside Qwen's 152k), and
-// checkpoints then carry the data's tokenizer. Refused where the vocabularies differ; another
-// added token at some id (a renamed reserved special token) gets a warning.
+// checkpoints then carry the data's tokenizer. Refused where an id names another token in the two
+// vocabularies; another added token at an id both have as added tokens (a renamed reserved special
+// token) gets a warning.
 void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
   if (c.model.empty()) return;
   const fs::path model_file = fs::path(c.model) / "tokenizer.json";
@@ -219,7 +249,8 @@ void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
   const std::string model_text = io::read_text_file(model_file.string(), "tokenizer");
   const nlohmann::json model_json = nlohmann::json::parse(model_text, nullptr, /*allow_exceptions=*/false);
   for (const std::string& entry : c.train_data) {
-    const fs::path dir = fs::is_directory(entry) ? fs::path(entry) : fs::path(entry).parent_path();
+    fs::path dir = fs::is_directory(entry) ? fs::path(entry) : fs::path(entry).parent_path();
+    if (dir.empty()) dir = ".";
     if (dataset_meta(entry).value("tokenizer", nlohmann::json()) == "byte")
       fail(c.source_of({"train_data"}), ": ", dir.string(), " holds byte-level data (its meta.json says \"tokenizer\": "
            "\"byte\"), but model ", c.model, " has a tokenizer of its own (", model_file.string(),
@@ -230,39 +261,26 @@ void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
     if (data_text == model_text) continue;
     const nlohmann::json data_json = nlohmann::json::parse(data_text, nullptr, /*allow_exceptions=*/false);
     if (model_json.is_discarded() || data_json.is_discarded()) continue;  // unreadable: the tokenizer's own load names it
-    const nlohmann::json none;
-    const nlohmann::json& model_vocab = model_json.contains("model") ? model_json["model"].value("vocab", none) : none;
-    const nlohmann::json& data_vocab = data_json.contains("model") ? data_json["model"].value("vocab", none) : none;
-    if (model_vocab != data_vocab) {
-      std::string first;  // a token the two number differently, for the message
-      if (model_vocab.is_object() && data_vocab.is_object())
-        for (const auto& [token, id] : model_vocab.items())
-          if (!data_vocab.contains(token) || data_vocab[token] != id) {
-            first = "; e.g. " + nlohmann::json(token).dump() + " is " + id.dump() + " in the model's and " +
-                    (data_vocab.contains(token) ? data_vocab[token].dump() : std::string("absent")) + " in the data's";
-            break;
-          }
-      fail(c.source_of({"train_data", "model"}), ": ", dir.string(), " was prepared with another tokenizer than model ",
-           c.model, "'s: ", data_file.string(), " and ", model_file.string(), " number their vocabularies differently",
-           first, "; prepare the data with --tokenizer ", c.model);
-    }
-    auto added = [](const nlohmann::json& j) {
-      std::map<int64_t, std::string> by_id;
-      if (j.contains("added_tokens") && j["added_tokens"].is_array())
-        for (const nlohmann::json& t : j["added_tokens"])
-          if (t.is_object() && t.contains("id") && t["id"].is_number_integer() && t.contains("content") && t["content"].is_string())
-            by_id[t["id"].get<int64_t>()] = t["content"].get<std::string>();
-      return by_id;
-    };
-    const std::map<int64_t, std::string> model_added = added(model_json), data_added = added(data_json);
-    for (const auto& [id, content] : data_added)
-      if (auto it = model_added.find(id); it == model_added.end() || it->second != content) {
-        log << "warning: " << c.source_of({"train_data", "model"}) << ": " << data_file.string() << " has added token "
-            << nlohmann::json(content).dump() << " at id " << id << ", where " << model_file.string() << " has "
-            << (it == model_added.end() ? std::string("none") : nlohmann::json(it->second).dump())
-            << "; checkpoints carry the data's tokenizer\n";
-        break;
+    std::map<int64_t, std::string> model_tokens = tokens_by_id(model_json), data_tokens = tokens_by_id(data_json);
+    const std::map<int64_t, std::string> model_added = added_tokens_by_id(model_json), data_added = added_tokens_by_id(data_json);
+    for (const auto& [id, token] : model_added) model_tokens[id] = token;
+    for (const auto& [id, token] : data_added) data_tokens[id] = token;
+    std::optional<int64_t> renamed;  // the first id that is an added token in both, named otherwise
+    for (const auto& [id, token] : data_tokens) {
+      const auto it = model_tokens.find(id);
+      if (it == model_tokens.end() || it->second == token) continue;
+      if (model_added.contains(id) && data_added.contains(id)) {
+        if (!renamed) renamed = id;
+        continue;
       }
+      fail(c.source_of({"train_data", "model"}), ": ", dir.string(), " was prepared with another tokenizer than model ",
+           c.model, "'s: id ", id, " is ", nlohmann::json(token).dump(), " in ", data_file.string(), " but ",
+           nlohmann::json(it->second).dump(), " in ", model_file.string(), "; prepare the data with --tokenizer ", c.model);
+    }
+    if (renamed)
+      log << "warning: " << c.source_of({"train_data", "model"}) << ": " << data_file.string() << " has added token "
+          << nlohmann::json(data_added.at(*renamed)).dump() << " at id " << *renamed << ", where " << model_file.string()
+          << " has " << nlohmann::json(model_added.at(*renamed)).dump() << "; checkpoints carry the data's tokenizer\n";
   }
 }
 
@@ -466,7 +484,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     log << "note: " << aside.string() << " holds a run that an `--overwrite` run, killed or stopped before its first checkpoint, had moved aside; "
         << "to restore it, remove the files of the run that replaced it (checkpoint-*, metrics.jsonl, loss.svg) and move "
         << "its contents back; or delete it\n";
-  const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options);
+  const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options, lock.held());
   for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir, lock.held()))
     log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
 
@@ -521,11 +539,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     // The decay's start, as LrSchedule::at computes it: a warm-up past it jumps down at its end.
     const double decay_start = static_cast<double>(c.max_steps) -
                                std::max(1.0, c.wsd_decay_ratio * static_cast<double>(c.max_steps));
-    if (static_cast<double>(c.warmup_steps) > decay_start)
+    if (static_cast<double>(c.warmup_steps) > decay_start) {
+      const double before = schedule.at(c.warmup_steps - 1), after = schedule.at(c.warmup_steps);
       log << "warning: " << c.source_of({"warmup_steps", "wsd_decay_ratio", "max_steps"}) << ": warmup_steps "
           << c.warmup_steps << " runs into the wsd decay (the last " << c.wsd_decay_ratio << " of max_steps "
-          << c.max_steps << ", from step " << decay_start << "): the learning rate never holds at learning_rate, and drops from "
-          << schedule.at(c.warmup_steps - 1) << " to " << schedule.at(c.warmup_steps) << " after the warm-up\n";
+          << c.max_steps << ", from step " << static_cast<int64_t>(std::ceil(decay_start))
+          << "): the learning rate never holds at learning_rate, and " << (after < before ? "drops" : "jumps")
+          << " from " << before << " to " << after << " after the warm-up\n";
+    }
   }
 
   int64_t start_step = 0;
@@ -667,7 +688,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       r.loss = loss;
       r.lr = lr;
       r.grad_norm = grad_norm;
-      r.tokens_per_s = static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9);
+      // A step without a loss trained nothing: 0, whatever the open window holds (it goes on).
+      r.tokens_per_s = loss ? static_cast<double>(window_steps * accum * rows) / std::max(window_s, 1e-9) : 0.0;
       r.elapsed_s = elapsed;
       if (do_eval) {
         const auto t_eval = std::chrono::steady_clock::now();
@@ -687,10 +709,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                       static_cast<long long>(done), static_cast<long long>(c.max_steps));
       log << line;
       if (r.val_loss) log << " | val_loss " << *r.val_loss;
-      if (do_eval && eval_cut_short) log << " | no val_loss: " << signal_name(stop.received()) << " cut the evaluation short";
-      if (do_eval && eval_batches_without_targets > 0)
+      if (do_eval && eval_cut_short)
+        log << " | no val_loss: " << signal_name(stop.received()) << " came before the evaluation ended";
+      if (do_eval && eval_batches_without_targets > 0) {
         log << " | no val_loss: no trained target in the " << eval_batches_without_targets << " validation batch(es) "
-            << "evaluated (all masked or padding; eval_max_batches " << c.eval_max_batches << ", 0 evaluates them all)";
+            << "evaluated (all masked or padding";
+        if (c.eval_max_batches > 0) log << "; eval_max_batches " << c.eval_max_batches << ", 0 evaluates them all";
+        log << ")";
+      }
       log << std::endl;
       metrics.append(r);
       if (loss) {
@@ -751,10 +777,11 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   const int64_t reached = std::max(result.steps, start_step);
   result.steps = reached;
   if (stop.received() && reached == c.max_steps && eval_cut_short) {
-    // Training is complete and saved, but the last evaluation is not: the run ends by the signal,
-    // as a scheduler expects, and says what is missing (a --resume has nothing left to do).
+    // Training is complete and saved, but the last evaluation is not (the signal came during it or
+    // the step before it): the run ends by the signal, as a scheduler expects, and says what is
+    // missing (a --resume has nothing left to do). Without validation data nothing is missing.
     result.stopped_by = stop.received();
-    log << "stopped by " << signal_name(result.stopped_by) << " during the evaluation after the last step (" << reached
+    log << "stopped by " << signal_name(result.stopped_by) << " before the last step's evaluation ended (step " << reached
         << "): training is complete and saved, but step " << reached << " has no val_loss\n";
   } else if (stop.received() && reached < c.max_steps) {
     result.stopped_by = stop.received();
