@@ -732,18 +732,21 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     }
     result.steps = done;
   };
+  int64_t updates_finished = 0;  // by this process
   auto finish_oldest = [&]() {
     const StepResult res = runner.collect();
     const Launched info = in_flight.front();
     in_flight.pop_front();
     const double loss = res.loss_sum / static_cast<double>(info.count);
     if (!std::isfinite(loss)) {
-      // The first step's loss comes from weights no update has touched yet.
-      if (info.step == start_step + 1)
+      // Before the first update (steps without trained targets make none) the weights are the
+      // starting ones.
+      if (updates_finished == 0)
         fail("loss is ", loss, " at step ", info.step, ", before any update: check the starting weights (",
              c.model.empty() ? "init_std" : c.model, ") and the data");
       fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
     }
+    ++updates_finished;
     finish_step(info.step, info.lr, loss, res.grad_norm);
   };
 
