@@ -101,7 +101,8 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   // (their checkpoints, trainer_state.json beside them, and their exports, whose end of text is the
   // byte tokenizer's 256, may pad the vocabulary), garbage for a model whose tokenizer files were
   // not copied along with its weights.
-  const bool byte_level_model = fs::exists(fs::path(dir) / "trainer_state.json") || config.eos_token_id == data::ByteTokenizer::kEndOfText;
+  const bool byte_level_model =
+      fs::exists(fs::path(dir) / "trainer_state.json") || config.eos_token_id == data::ByteTokenizer::kEndOfText;
   if (o.tokenizer.empty() && !fs::exists(fs::path(dir) / "tokenizer.json") && !byte_level_model &&
       config.vocab_size != data::ByteTokenizer::kVocabSize)
     std::cerr << "warning: " << dir << " has no tokenizer.json, so text is read and written as bytes (ids 0-256), but "

@@ -536,7 +536,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   schedule.min_lr_ratio = c.min_lr_ratio;
   schedule.decay_ratio = c.wsd_decay_ratio;
   if (c.lr_scheduler_type == "wsd" && c.warmup_steps < c.max_steps) {
-    // The decay's start, as LrSchedule::at computes it: a warm-up past it jumps down at its end.
+    // The decay's start, as LrSchedule::at computes it: a warm-up past it ends with an abrupt change.
     const double decay_start = static_cast<double>(c.max_steps) -
                                std::max(1.0, c.wsd_decay_ratio * static_cast<double>(c.max_steps));
     if (static_cast<double>(c.warmup_steps) > decay_start) {
