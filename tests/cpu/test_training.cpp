@@ -1406,6 +1406,10 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
                      root + "/chatml/tokenizer.json but \"<|end_header_id|>\" in " + base + "/tokenizer.json; prepare "
                      "the data with --tokenizer " + base), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/other"));
+  // The same through a glob (the folder of the shards it matches, not the pattern, is the data's).
+  EXPECT_NE(0, fine_tune(root + "/chat*/train-*.bin", "globbed"));
+  EXPECT_NE(out.find(root + "/chatml was prepared with another tokenizer than model " + base + "'s: id 3"),
+            std::string::npos) << out;
   EXPECT_NE(0, fine_tune(data, "bytes"));
   EXPECT_NE(out.find(data + " holds byte-level data (its meta.json says \"tokenizer\": \"byte\"), but model " + base +
                      " has a tokenizer of its own"), std::string::npos) << out;

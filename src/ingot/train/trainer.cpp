@@ -199,10 +199,21 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
   return std::make_unique<ReplacedRun>(dir, old);
 }
 
-// The meta.json `ingot prepare` wrote in the directory of a train_data entry (a directory, or a
-// shard file in one); an empty object where there is none to read (the loader has checked it).
-nlohmann::json dataset_meta(const std::string& train_data_entry) {
-  const fs::path dir = fs::is_directory(train_data_entry) ? fs::path(train_data_entry) : fs::path(train_data_entry).parent_path();
+// The folders train_data's shards are in, each once, in order: an entry may be a folder, a shard
+// file or a glob over several folders.
+std::vector<fs::path> data_directories(const TrainConfig& c) {
+  std::vector<fs::path> dirs;
+  for (const std::string& shard : data::resolve_shard_paths(c.train_data)) {
+    fs::path dir = fs::path(shard).parent_path();
+    if (dir.empty()) dir = ".";
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+  }
+  return dirs;
+}
+
+// The meta.json `ingot prepare` wrote in a data folder; an empty object where there is none to
+// read (the loader has checked it).
+nlohmann::json dataset_meta(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / "meta.json", ec)) return nlohmann::json::object();
   nlohmann::json meta = nlohmann::json::parse(io::read_text_file((dir / "meta.json").string(), "dataset meta"), nullptr,
@@ -248,10 +259,8 @@ void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
   if (!fs::is_regular_file(model_file, ec)) return;
   const std::string model_text = io::read_text_file(model_file.string(), "tokenizer");
   const nlohmann::json model_json = nlohmann::json::parse(model_text, nullptr, /*allow_exceptions=*/false);
-  for (const std::string& entry : c.train_data) {
-    fs::path dir = fs::is_directory(entry) ? fs::path(entry) : fs::path(entry).parent_path();
-    if (dir.empty()) dir = ".";
-    if (dataset_meta(entry).value("tokenizer", nlohmann::json()) == "byte")
+  for (const fs::path& dir : data_directories(c)) {
+    if (dataset_meta(dir).value("tokenizer", nlohmann::json()) == "byte")
       fail(c.source_of({"train_data"}), ": ", dir.string(), " holds byte-level data (its meta.json says \"tokenizer\": "
            "\"byte\"), but model ", c.model, " has a tokenizer of its own (", model_file.string(),
            "): the data's ids are bytes, not that tokenizer's tokens; prepare it with --tokenizer ", c.model);
@@ -289,11 +298,10 @@ std::vector<std::string> companion_files(const TrainConfig& c) {
   std::vector<std::string> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
-  for (const std::string& d : c.train_data)
+  for (const fs::path& d : data_directories(c))
     // A byte-level dataset has no tokenizer files; one that sits beside it is not its tokenizer
     // (checkpoints carrying it could not generate: its vocabulary is not the model's).
-    if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte")
-      dirs.push_back(fs::is_directory(d) ? fs::path(d) : fs::path(d).parent_path());
+    if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte") dirs.push_back(d);
   for (const fs::path& d : dirs)
     for (const char* n : kModelCompanionFiles)
       if (fs::exists(d / n)) files.push_back((d / n).string());
@@ -440,7 +448,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   std::string eos_note;
   if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
     std::set<int64_t> ids;
-    for (const std::string& d : c.train_data) {
+    for (const fs::path& d : data_directories(c)) {
       const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
       ids.insert(eos.is_number_integer() ? eos.get<int64_t>() : -1);
     }
