@@ -198,6 +198,25 @@ TEST(Chat, BadMessagesNameTheProblem) {
   EXPECT_NE(msg.find("not an array"), std::string::npos) << msg;
   msg = error_of([] { chat_messages_from_json(json::parse("[]")); });
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
+  // A tool call carries the answer outside "content": the text alone trained an empty answer.
+  msg = error_of([] {
+    chat_messages_from_json(json::parse(R"([{"role":"user","content":"Weather?"},{"role":"assistant","content":"",
+        "tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]}])"));
+  });
+  EXPECT_NE(msg.find("message 1: \"tool_calls\" is not supported"), std::string::npos) << msg;
+  msg = error_of([] {
+    chat_messages_from_json(json::parse(R"([{"role":"assistant","content":"","function_call":{"name":"f"}}])"));
+  });
+  EXPECT_NE(msg.find("message 0: \"function_call\" is not supported"), std::string::npos) << msg;
+  // An empty list or null, as datasets write on every message, is no call.
+  EXPECT_EQ(chat_messages_from_json(json::parse(R"([{"role":"user","content":"a","tool_calls":[]},
+      {"role":"assistant","content":"b","tool_calls":null}])")).size(), 2u);
+  // Alpaca's earlier turns would be left out.
+  msg = error_of([] {
+    alpaca_messages_from_json(json::parse(R"({"instruction":"a","output":"b","history":[["q","r"]]})"));
+  });
+  EXPECT_NE(msg.find("\"history\" (earlier turns) is not supported"), std::string::npos) << msg;
+  EXPECT_EQ(alpaca_messages_from_json(json::parse(R"({"instruction":"a","output":"b","history":[]})")).size(), 2u);
   msg = error_of([] {
     chat_messages_from_json(json::parse(R"([{"role":"user","content":[{"type":"text"}]}])"));
   });

@@ -320,6 +320,12 @@ std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages)
     ChatMessage msg{role->get<std::string>(), content->get<std::string>(), std::nullopt};
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
       fail("message ", i, ": unknown role \"", msg.role, "\" (supported: system, user, assistant)");
+    // Tool calls carry the answer outside "content": rendering the text alone trained an empty
+    // answer without a word. (An empty list or null, as datasets write on every message, is none.)
+    for (const char* calls : {"tool_calls", "function_call"})
+      if (const auto c = m.find(calls); c != m.end() && !c->is_null() && !(c->is_array() && c->empty()))
+        fail("message ", i, ": \"", calls, "\" is not supported (Ingot renders text turns only; the turn would "
+             "train without its call)");
     if (const auto r = m.find("reasoning_content"); r != m.end() && !r->is_null()) {
       if (!r->is_string()) fail("message ", i, ": \"reasoning_content\" is not a string");
       msg.reasoning_content = r->get<std::string>();
@@ -340,6 +346,9 @@ std::vector<ChatMessage> alpaca_messages_from_json(const nlohmann::json& record)
     if (!it->is_string()) fail("\"", name, "\" is a ", json_type(*it), ", not a string");
     return it->get<std::string>();
   };
+  // Earlier turns (some alpaca sets carry them) would be left out without a word.
+  if (const auto h = record.find("history"); h != record.end() && !h->is_null() && !(h->is_array() && h->empty()))
+    fail("\"history\" (earlier turns) is not supported in alpaca records; convert them to --format chat messages");
   const std::string system = string_field("system", false);
   std::string user = string_field("instruction", true);
   const std::string input = string_field("input", false);
