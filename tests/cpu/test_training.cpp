@@ -1077,7 +1077,12 @@ TEST_F(Training, ExportGenerateAndInfo) {
   struct stat before {}, after {};
   ASSERT_EQ(0, ::stat((root + "/volume").c_str(), &before));
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/volume", &out)) << out;
-  write_file(root + "/volume/stale.txt", "from an older export");
+  // --overwrite replaces the export's own files, an older export's extra shards and a killed
+  // export's folders, and keeps the rest (a hub clone's README.md and .git); it deleted everything.
+  write_file(root + "/volume/README.md", "model card");
+  fs::create_directories(root + "/volume/.git");
+  write_file(root + "/volume/model-00002-of-00002.safetensors", "a shard of an older, sharded export");
+  fs::create_directories(root + "/volume/.export-old-12345");
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/volume --overwrite --dtype bf16", &out)) << out;
   ASSERT_EQ(0, ::stat((root + "/volume").c_str(), &after));
   EXPECT_EQ(before.st_ino, after.st_ino) << "the output directory was replaced, not filled";
@@ -1085,7 +1090,15 @@ TEST_F(Training, ExportGenerateAndInfo) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(root + "/volume")) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"})) << "old and hidden entries are gone";
+  EXPECT_EQ(names, (std::vector<std::string>{".git", "README.md", "config.json", "model.safetensors"}))
+      << "the old export's entries are gone, the rest stays";
+  // A training run's folder or a dataset's is refused, --overwrite or not.
+  for (const std::string& folder : {root + "/run", data}) {
+    EXPECT_NE(0, run_command(cli() + " export " + root + "/hf " + folder + " --overwrite", &out)) << folder;
+    EXPECT_NE(out.find("holds a training run, a checkpoint or a dataset"), std::string::npos) << out;
+  }
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-3/optimizer.safetensors"));
+  EXPECT_TRUE(fs::exists(data + "/train-00000.bin"));
   for (const auto& entry : fs::directory_iterator(root))  // no temporary or set-aside folders left
     EXPECT_EQ(entry.path().filename().string().find("hf."), std::string::npos) << entry.path();
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf --overwrite", &out)) << out;  // f32 again

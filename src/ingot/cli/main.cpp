@@ -110,10 +110,22 @@ void create_directory_whole(const fs::path& target, const std::function<void(con
   }
 }
 
-// Replaces what an existing directory holds, without renaming the directory itself, which may be
+// What an export writes, and the folders a killed export leaves: --overwrite replaces these (an
+// earlier export's extra shards included) and keeps everything else, as save_pretrained does (a
+// hub clone's .git and README.md, a user's own files). It used to delete every entry.
+bool is_export_entry(const std::string& name) {
+  if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
+      (name.starts_with("model-") && name.ends_with(".safetensors")) || name.starts_with(".export-new-") ||
+      name.starts_with(".export-old-"))
+    return true;
+  return std::find_if(kModelCompanionFiles.begin(), kModelCompanionFiles.end(),
+                      [&](const char* companion) { return name == companion; }) != kModelCompanionFiles.end();
+}
+
+// Replaces an export in an existing directory, without renaming the directory itself, which may be
 // a mount point (a container's volume): the new files are built in a hidden folder inside it, the
-// old entries are moved into another, the new ones moved in, and only then are the old ones
-// deleted. An error on the way puts the old entries back.
+// old export's entries are moved into another, the new ones moved in, and only then are the old
+// ones deleted. An error on the way puts the old entries back.
 void replace_directory_contents(const fs::path& target, const std::function<void(const fs::path&)>& write) {
   // Folders of a killed export (one may hold the export it had set aside) are old entries like any
   // other, restored if this export fails.
@@ -123,7 +135,8 @@ void replace_directory_contents(const fs::path& target, const std::function<void
   try {
     write(staged);
     for (const auto& entry : fs::directory_iterator(target))
-      if (entry.path() != staged && entry.path() != aside) old_names.push_back(entry.path().filename());
+      if (entry.path() != staged && entry.path() != aside && is_export_entry(entry.path().filename().string()))
+        old_names.push_back(entry.path().filename());
     for (const auto& entry : fs::directory_iterator(staged)) new_names.push_back(entry.path().filename());
     fs::create_directory(aside);
     for (const fs::path& name : old_names) fs::rename(target / name, aside / name), moved_old.push_back(name);
@@ -159,6 +172,16 @@ int command_export(const std::string& source, const std::string& out_dir, const 
     fail("export: ", out_dir, " exists and is not empty; pass --overwrite to replace it");
   if (directory_in_use(out_dir))
     fail("export: ", out_dir, " is the output_dir of an ingot run in progress; choose another output");
+  // A training run's folder or a dataset's: an export beside them would make `model:` and
+  // `train_data:` naming that folder mean something else.
+  if (fs::is_directory(out_dir)) {
+    const std::vector<std::string> checkpoints = list_checkpoints(out_dir);
+    std::string held = checkpoints.empty() ? "" : fs::path(checkpoints.back()).filename().string();
+    for (const char* marker : {"metrics.jsonl", "trainer_state.json", "meta.json"})
+      if (held.empty() && fs::exists(fs::path(out_dir) / marker)) held = marker;
+    if (!held.empty())
+      fail("export: ", out_dir, " holds a training run, a checkpoint or a dataset (", held, "); choose another output");
+  }
   for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
     if (fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
@@ -285,7 +308,7 @@ int main(int argc, char** argv) {
   export_cmd->add_option("output", export_out, "directory to write")->required();
   export_cmd->add_option("--dtype", export_dtype, "f32 (default, lossless), bf16 or f16");
   export_cmd->add_option("--max-shard-size", max_shard, "shard above this size (default 5GB)");
-  export_cmd->add_flag("--overwrite", export_overwrite, "replace a non-empty output directory");
+  export_cmd->add_flag("--overwrite", export_overwrite, "write into a non-empty output directory, replacing an earlier export's files (other files stay)");
 
   auto* info = app.add_subcommand("info", "describe a model and its training memory");
   std::string info_dir, info_precision = "fp32";
