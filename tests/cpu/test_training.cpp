@@ -573,6 +573,18 @@ TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
   config.replace(config.find("  vocab_size"), 0, "  eos_token_id: 3\n");
   ASSERT_EQ(0, train(config, "own", "", &out)) << out;
   EXPECT_EQ(nlohmann::json::parse(read_file(root + "/own/checkpoint-1/config.json")).at("eos_token_id"), 3);
+  // Folders whose end-of-text ids differ: the id stays unset, and the note says why (it was silent,
+  // and transformers' generate on the export never stopped).
+  const std::string tokenizer = ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer";
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + tokenizer + " -o " + root + "/d1", &out)) << out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + tokenizer + " -o " + root +
+                               "/d2 --eos-token '<|end_of_text|>'", &out)) << out;
+  std::string mixed = tiny_config(root + "/d1", root + "/mixed", 1, 0);
+  mixed.replace(mixed.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(mixed, "mixed", "--set 'train_data=[" + root + "/d1, " + root + "/d2]'", &out)) << out;
+  EXPECT_NE(out.find("note: the train_data folders' meta.json files give different end-of-text ids ("), std::string::npos)
+      << out;
+  EXPECT_TRUE(nlohmann::json::parse(read_file(root + "/mixed/checkpoint-1/config.json")).at("eos_token_id").is_null());
 }
 
 // Settings that quietly do less than they say get a line: a warm-up as long as the run (the peak

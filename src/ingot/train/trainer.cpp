@@ -455,6 +455,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     if (ids.size() == 1 && *ids.begin() >= 0 && *ids.begin() < model_config.vocab_size) {
       model_config.eos_token_id = *ids.begin();
       eos_note = "eos_token_id " + std::to_string(model_config.eos_token_id) + " from the data's meta.json (model_config sets none)";
+    } else if (ids.size() > 1) {
+      // Checkpoints and exports then say nothing of where documents end: transformers' generate
+      // never stops on them.
+      std::string listed;
+      for (const int64_t id : ids) listed += (listed.empty() ? "" : ", ") + (id < 0 ? std::string("none") : std::to_string(id));
+      eos_note = "the train_data folders' meta.json files give different end-of-text ids (" + listed +
+                 "), so eos_token_id stays unset in checkpoints and exports; set model_config.eos_token_id";
     }
   }
   DeviceContext device(c.device, c.num_threads);
