@@ -1484,6 +1484,9 @@ TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
   EXPECT_NE(out.find(" | no val_loss: no trained target in the 1 validation batch(es) evaluated (all masked or padding; "
                      "eval_max_batches 1, 0 evaluates them all)\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("val_loss "), std::string::npos) << out;
+  // The data line says these conversations are longer than a row and train as separate pieces.
+  EXPECT_NE(out.find("; 40 document(s) longer than 16 tokens (the longest "), std::string::npos) << out;
+  EXPECT_NE(out.find(") split into pieces that do not attend to one another"), std::string::npos) << out;
 }
 
 // generate on a folder without tokenizer.json reads and writes bytes: right for a byte-level model,

@@ -405,6 +405,14 @@ std::string DataLoader::summary() const {
       s << " (val rows " << 100.0 * static_cast<double>(val.num_tokens()) /
                                 static_cast<double>(val.num_rows() * seq_len_)
         << "% full)";
+    // A document longer than a row trains as pieces that cannot attend to one another (an answer
+    // apart from its question): said, not left to be found.
+    int64_t longer = 0, longest = 0;
+    for (const DocumentSpan& d : documents_)
+      if (d.length > seq_len_) ++longer, longest = std::max(longest, d.length);
+    if (longer > 0)
+      s << "; " << longer << " document(s) longer than " << seq_len_ << " tokens (the longest " << longest
+        << ") split into pieces that do not attend to one another: raise sequence_len, or prepare with --max-seq-len";
   } else {
     s << num_train_ << " train + " << num_val_ << " val windows of " << seq_len_ << "+1 tokens";
   }
