@@ -1489,6 +1489,28 @@ TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
   EXPECT_NE(out.find(") split into pieces that do not attend to one another"), std::string::npos) << out;
 }
 
+// val_fraction takes the last documents: where those are long, validation holds far more of the
+// tokens than the fraction says, and the data line says so.
+TEST_F(Training, ValidationOfLongLastDocumentsIsNamed) {
+  std::string jsonl, long_answer;
+  for (int i = 0; i < 300; ++i) long_answer += "word ";
+  for (int i = 0; i < 40; ++i)
+    jsonl += "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"" +
+             (i >= 38 ? long_answer : std::string("ok")) + "\"}]}\n";
+  write_file(root + "/chats.jsonl", jsonl);
+  std::string out;
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " + ingot::test::source_dir() +
+                               "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json -o " + root + "/chat-data", &out)) << out;
+  std::string config = tiny_config(root + "/chat-data", root + "/run", 1, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(config, "run", "--set val_fraction=0.05 --set eval_steps=0", &out)) << out;
+  EXPECT_NE(out.find("; the 2 val document(s), the data's last, hold "), std::string::npos) << out;
+  EXPECT_NE(out.find("% of its tokens (val_fraction counts documents)"), std::string::npos) << out;
+  // Half the documents, the long ones among them: a share near the fraction, nothing to say.
+  ASSERT_EQ(0, train(config, "run", "--overwrite --set val_fraction=0.5 --set eval_steps=0", &out)) << out;
+  EXPECT_EQ(out.find("val_fraction counts documents"), std::string::npos) << out;
+}
+
 // generate on a folder without tokenizer.json reads and writes bytes: right for a byte-level model,
 // garbage (without a word, it was) for one whose tokenizer files were not copied along.
 TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
