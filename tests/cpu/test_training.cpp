@@ -813,6 +813,16 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   EXPECT_NE(out.find("--logits-chunk-tokens must be 0 (automatic) or more, got -1"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " prepare " + root + "/text --max-seq-len -5 -o " + root + "/neg", &out));
   EXPECT_NE(out.find("prepare: --max-seq-len must be 0 (no limit) or more, got -5"), std::string::npos) << out;
+  // Flags that do nothing for the format given were ignored without a word.
+  for (const auto& [flags, message] :
+       {std::pair{"--train-on-inputs", "--train-on-inputs applies to --format chat or alpaca, not to --format text"},
+        std::pair{"--format chat --text-field body", "--text-field applies to --format text, not to --format chat"},
+        std::pair{"--format alpaca --messages-field m", "--messages-field applies to --format chat, not to --format alpaca"},
+        std::pair{"--overflow drop", "--overflow applies to documents longer than --max-seq-len, which is not given"}}) {
+    EXPECT_NE(0, run_command(cli() + " prepare " + root + "/text " + flags + " -o " + root + "/flags", &out)) << flags;
+    EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
+  }
+  EXPECT_FALSE(fs::exists(root + "/flags"));
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
   EXPECT_NE(out.find("device must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
   // Shapes whose token count overflowed the memory plan (a negative total, "arena overflow").

@@ -233,6 +233,27 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   return 0;
 }
 
+// A prepare flag that does nothing for the format given is refused by name; several were ignored
+// without a word (--train-on-inputs on text, --text-field on chat, --overflow without a limit).
+void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
+  if (format != "text" && format != "chat" && format != "alpaca") return;  // prepare names the bad format
+  const bool text = format == "text";
+  struct Rule {
+    const char* flag;
+    bool applies;
+    const char* where;
+  };
+  for (const Rule& rule : {Rule{"--doc-separator", text, "--format text"}, Rule{"--text-field", text, "--format text"},
+                           Rule{"--no-special-tokens", text, "--format text"},
+                           Rule{"--chat-template", !text, "--format chat or alpaca"},
+                           Rule{"--train-on-inputs", !text, "--format chat or alpaca"},
+                           Rule{"--messages-field", format == "chat", "--format chat"}})
+    if (prepare.count(rule.flag) > 0 && !rule.applies)
+      fail("prepare: ", rule.flag, " applies to ", rule.where, ", not to --format ", format, "; leave it out");
+  if (prepare.count("--overflow") > 0 && prepare.count("--max-seq-len") == 0)
+    fail("prepare: --overflow applies to documents longer than --max-seq-len, which is not given");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -376,7 +397,10 @@ int main(int argc, char** argv) {
       if (config_path.empty()) fail("train: a CONFIG.yaml is required");
       return command_train(config_path, overrides, resume, overwrite);
     }
-    if (*prepare) return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
+    if (*prepare) {
+      check_prepare_flags(*prepare, prep_format);
+      return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
+    }
     if (*generate) {
       generate_text(gen, &std::cout);
       return 0;
