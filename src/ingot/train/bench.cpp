@@ -230,10 +230,13 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
           << attending_pairs / static_cast<double>(B * T) << " keys on average; FLOPs are counted over those pairs)\n";
     // MFU as DESIGN.md defines it: against the dense bf16 peak of an H100/H200 SXM, which says
     // nothing about a CPU.
+    // Three significant digits at least: a slow model's 0.5 tokens/s printed as 0.
+    char rate[32];
+    std::snprintf(rate, sizeof rate, r.tokens_per_s >= 100 ? "%.0f" : "%.3g", r.tokens_per_s);
     log << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
-        << static_cast<int64_t>(r.tokens_per_s) << " tokens/s | ";
+        << rate << " tokens/s | ";
     if (ctx.device == Device::cuda) log << "MFU " << 100.0 * r.mfu << "% | ";
-    log << "memory " << r.peak_gib << " GiB\n";
+    log << "memory " << format_bytes(static_cast<int64_t>(r.peak_gib * 1073741824.0)) << "\n";
   }
   return r;
 }
