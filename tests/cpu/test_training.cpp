@@ -118,6 +118,18 @@ class Training : public ::testing::Test {
     std::string out;
     return run_command("bash " + root + "/stop.sh " + cli() + " " + config + " " + log, &out);
   }
+  // Prepares jsonl (chat records) with the Llama 3 fixture tokenizer into root/chat-data and returns
+  // a tiny config (vocabulary 515) training on it into root/run.
+  std::string llama3_chat_config(const std::string& jsonl, int max_steps) {
+    write_file(root + "/chats.jsonl", jsonl);
+    std::string out;
+    EXPECT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " +
+                                 ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json -o " +
+                                 root + "/chat-data --overwrite", &out)) << out;
+    std::string config = tiny_config(root + "/chat-data", root + "/run", max_steps, 0);
+    config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+    return config;
+  }
   void run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab);
   std::string root, data;
 };
@@ -1484,12 +1496,8 @@ TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
   for (int i = 0; i < 40; ++i)
     jsonl += "{\"messages\": [{\"role\": \"user\", \"content\": \"" + prompt +
              "\"}, {\"role\": \"assistant\", \"content\": \"ok\"}]}\n";
-  write_file(root + "/chats.jsonl", jsonl);
+  const std::string config = llama3_chat_config(jsonl, 4);
   std::string out;
-  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " + ingot::test::source_dir() +
-                               "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json -o " + root + "/chat-data", &out)) << out;
-  std::string config = tiny_config(root + "/chat-data", root + "/run", 4, 0);
-  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
   ASSERT_EQ(0, train(config, "run", "--set eval_steps=2 --set eval_max_batches=1", &out)) << out;
   EXPECT_NE(out.find(" | no val_loss: no trained target in the 1 validation batch(es) evaluated (all masked or padding; "
                      "eval_max_batches 1, 0 evaluates them all)\n"), std::string::npos) << out;
@@ -1507,12 +1515,8 @@ TEST_F(Training, ValidationOfLongLastDocumentsIsNamed) {
   for (int i = 0; i < 40; ++i)
     jsonl += "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"" +
              (i >= 38 ? long_answer : std::string("ok")) + "\"}]}\n";
-  write_file(root + "/chats.jsonl", jsonl);
+  const std::string config = llama3_chat_config(jsonl, 1);
   std::string out;
-  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chats.jsonl --format chat --tokenizer " + ingot::test::source_dir() +
-                               "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json -o " + root + "/chat-data", &out)) << out;
-  std::string config = tiny_config(root + "/chat-data", root + "/run", 1, 0);
-  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
   ASSERT_EQ(0, train(config, "run", "--set val_fraction=0.05 --set eval_steps=0", &out)) << out;
   EXPECT_NE(out.find("; the 2 val document(s), the data's last, hold "), std::string::npos) << out;
   EXPECT_NE(out.find("% of its tokens (val_fraction counts documents)"), std::string::npos) << out;
