@@ -809,6 +809,9 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   refused("--set min_lr_ratio=2", "\"min_lr_ratio\" must be a finite number in [0, 1]");
   refused("--set learning_rate=.inf", "\"learning_rate\" must be a finite number");
   refused("--set output_dir=", "\"output_dir\" must not be empty");
+  // train_data errors name the setting; an empty entry and a list written "a,b" are said as such.
+  refused("--set train_data=", "--set train_data=: a \"train_data\" entry is empty");
+  refused("--set train_data=a,b", "--set train_data=a,b: data: shard path a,b does not exist (a list of paths is written [a, b])");
   std::string inf_theta = cfg;
   inf_theta.replace(inf_theta.find("  tie_word_embeddings"), 0, "  rope_theta: .inf\n");
   EXPECT_NE(0, train(inf_theta, "inf", "", &out));

@@ -340,6 +340,8 @@ void validate(const TrainConfig& c) {
     fail(c.source_of({"init_std"}), ": key \"init_std\" sets the initialisation of a model trained from scratch (model_config), "
          "but \"model\" loads ", c.model, " from its weights; remove init_std");
   if (c.train_data.empty()) fail(c.source_of({"train_data"}), ": \"train_data\" is required (token shards made by `ingot prepare`)");
+  for (const std::string& entry : c.train_data)
+    if (entry.empty()) fail(c.source_of({"train_data"}), ": a \"train_data\" entry is empty");
   if (c.val_fraction >= 1.0) fail(c.source_of({"val_fraction"}), ": key \"val_fraction\" must be below 1, got ", c.val_fraction);
   try {
     validate_lr_schedule_type(c.lr_scheduler_type);

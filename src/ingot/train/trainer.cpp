@@ -199,11 +199,27 @@ std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const Trai
   return std::make_unique<ReplacedRun>(dir, old);
 }
 
+// A data error (its text names the shards) with the setting that listed them, and a hint for a
+// list written "a,b".
+[[noreturn]] void fail_naming_train_data(const TrainConfig& c, const Error& e) {
+  const bool comma = std::any_of(c.train_data.begin(), c.train_data.end(), [](const std::string& entry) {
+    std::error_code ec;
+    return entry.find(',') != std::string::npos && !fs::exists(entry, ec);
+  });
+  fail(c.source_of({"train_data"}), ": ", e.what(), comma ? " (a list of paths is written [a, b])" : "");
+}
+
 // The folders train_data's shards are in, each once, in order: an entry may be a folder, a shard
 // file or a glob over several folders.
 std::vector<fs::path> data_directories(const TrainConfig& c) {
+  std::vector<std::string> shards;
+  try {
+    shards = data::resolve_shard_paths(c.train_data);
+  } catch (const Error& e) {
+    fail_naming_train_data(c, e);
+  }
   std::vector<fs::path> dirs;
-  for (const std::string& shard : data::resolve_shard_paths(c.train_data)) {
+  for (const std::string& shard : shards) {
     fs::path dir = fs::path(shard).parent_path();
     if (dir.empty()) dir = ".";
     if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
@@ -486,7 +502,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   data_config.seed = c.seed;
   data_config.packing = data::resolve_packing_mode(c.packing, c.train_data);
   data_config.use_loss_mask = !c.train_on_inputs;
-  data::DataLoader loader(data_config);
+  std::optional<data::DataLoader> loader_or;
+  try {
+    loader_or.emplace(data_config);
+  } catch (const Error& e) {
+    fail_naming_train_data(c, e);
+  }
+  data::DataLoader& loader = *loader_or;
   check_data_tokenizer(c, log);
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
