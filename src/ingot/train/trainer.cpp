@@ -268,14 +268,14 @@ std::map<int64_t, std::string> added_tokens_by_id(const nlohmann::json& tokenize
 // checkpoints then carry the data's tokenizer. Refused where an id names another token in the two
 // vocabularies; another added token at an id both have as added tokens (a renamed reserved special
 // token) gets a warning.
-void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
+void check_data_tokenizer(const TrainConfig& c, const std::vector<fs::path>& data_dirs, std::ostream& log) {
   if (c.model.empty()) return;
   const fs::path model_file = fs::path(c.model) / "tokenizer.json";
   std::error_code ec;
   if (!fs::is_regular_file(model_file, ec)) return;
   const std::string model_text = io::read_text_file(model_file.string(), "tokenizer");
   const nlohmann::json model_json = nlohmann::json::parse(model_text, nullptr, /*allow_exceptions=*/false);
-  for (const fs::path& dir : data_directories(c)) {
+  for (const fs::path& dir : data_dirs) {
     if (dataset_meta(dir).value("tokenizer", nlohmann::json()) == "byte")
       fail(c.source_of({"train_data"}), ": ", dir.string(), " holds byte-level data (its meta.json says \"tokenizer\": "
            "\"byte\"), but model ", c.model, " has a tokenizer of its own (", model_file.string(),
@@ -310,11 +310,11 @@ void check_data_tokenizer(const TrainConfig& c, std::ostream& log) {
 }
 
 // Files that make a checkpoint self-contained for generation and export.
-std::vector<std::string> companion_files(const TrainConfig& c) {
+std::vector<std::string> companion_files(const TrainConfig& c, const std::vector<fs::path>& data_dirs) {
   std::vector<std::string> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
-  for (const fs::path& d : data_directories(c))
+  for (const fs::path& d : data_dirs)
     // A byte-level dataset has no tokenizer files; one that sits beside it is not its tokenizer
     // (checkpoints carrying it could not generate: its vocabulary is not the model's).
     if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte") dirs.push_back(d);
@@ -459,12 +459,15 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
         fail(c.source_of({"model"}), ": model ", c.model, " is part of the run in output_dir ", c.output_dir,
              ", which --overwrite replaces; copy it elsewhere first, or train into another output_dir");
   ModelConfig model_config = resolve_model_config(c);
+  // The data's folders, resolved once: their meta.json and tokenizer files serve the eos id, the
+  // tokenizer check and every checkpoint's companion files.
+  const std::vector<fs::path> data_dirs = data_directories(c);
   // A model trained from scratch without an eos_token_id takes its data's end-of-text id, so that
   // its checkpoints and exports say where documents end (generate and transformers stop there).
   std::string eos_note;
   if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
     std::set<int64_t> ids;
-    for (const fs::path& d : data_directories(c)) {
+    for (const fs::path& d : data_dirs) {
       const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
       ids.insert(eos.is_number_integer() ? eos.get<int64_t>() : -1);
     }
@@ -509,7 +512,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     fail_naming_train_data(c, e);
   }
   data::DataLoader& loader = *loader_or;
-  check_data_tokenizer(c, log);
+  check_data_tokenizer(c, data_dirs, log);
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
@@ -662,6 +665,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
+  const std::vector<std::string> companions = companion_files(c, data_dirs);
   int64_t last_saved = -1;
   auto save = [&](int64_t step, bool commit = true) {
     CheckpointContents contents;
@@ -674,7 +678,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                               {"config_source", c.source}};
     contents.trainer_state.update(step_settings(c));
     contents.trainer_state["attention_plan"] = workspace_note;
-    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companion_files(c),
+    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions,
                                                    c.save_total_limit))
       log << "warning: " << kept << "\n";
     metrics.write_plot();
