@@ -303,6 +303,15 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("micro-batch 70000 is above 65535"), std::string::npos) << e.what();
   }
+  // INGOT_ATTENTION=cudnn-fast: one call whatever the workspace limit, charged its f32 dQ
+  // accumulator and no T x T matrix (the plan charged 4 GiB of matrices it never used, and with a
+  // zero limit nothing, while the backward still took the accumulator).
+  setenv("INGOT_ATTENTION", "cudnn-fast", 1);
+  const int64_t accumulator = int64_t{4} * 32 * 4096 * 64 * 4 + (int64_t{16} << 20);
+  EXPECT_EQ(cuda::attention_scratch_estimate(4, 4096, 32, 8, 64, false, true, kMax), accumulator);
+  EXPECT_EQ(cuda::attention_scratch_estimate(4, 4096, 32, 8, 64, false, true, 0), accumulator);
+  unsetenv("INGOT_ATTENTION");
+  EXPECT_GT(cuda::attention_scratch_estimate(4, 4096, 32, 8, 64, false, true, kMax), int64_t{4} << 30);
 }
 
 // The engine switches stop a run before its first step when misspelt (they used to measure the

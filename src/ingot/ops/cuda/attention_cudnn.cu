@@ -96,10 +96,12 @@ int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv
   if (packed_rows)  // the documents forward: table, dense stats, tile ranges (its plan needs no workspace)
     return std::max(kernels, document_table_bytes(int(B), int(T)) + document_stats_bytes(int(B), int(T), Hq) +
                                  attention_mma_forward_scratch_bytes(B, T));
+  // The fast variant keeps no T x T matrix and always runs as one call (attention_cudnn_backward),
+  // whatever the limit: its f32 (B, Hq, T, D) dQ accumulator is its whole workspace.
+  if (attention_mode() == AttentionMode::cudnn_fast) return std::max(kernels, rows * D * 4 + (int64_t(16) << 20));
   const CudnnBackwardSplit split = cudnn_backward_split(B, T, Hq, Hkv, cudnn_workspace_limit);
   if (!split.fits()) return kernels;
-  // One call's T x T matrices, the fast variant's f32 (B, Hq, T, D) dQ accumulator (never split)
-  // and 16 MiB for the rest.
+  // One call's T x T matrices, room for a dQ accumulator and 16 MiB for the rest.
   return std::max(kernels, split.workspace_bytes(T, Hq, Hkv) + rows * D * 4 + (int64_t(16) << 20));
 }
 
