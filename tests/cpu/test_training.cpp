@@ -747,6 +747,19 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
                      "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
   EXPECT_NE(out.find("note: resume: the attention backward's plan was \"attention backward on cuDNN in 2 calls\" in the "
                      "checkpoint's run and is \"one call, where cuDNN runs it\" now"), std::string::npos) << out;
+  // So are the attention switches a CUDA run had set (the CPU records none: here the record says a
+  // GPU run set one).
+  const std::string seventh = root + "/run/checkpoint-7/trainer_state.json";
+  nlohmann::json switched = nlohmann::json::parse(read_file(seventh));
+  EXPECT_EQ(switched.at("attention_switches"), "");
+  switched["attention_switches"] = "INGOT_ATTENTION=cudnn-fast";
+  std::ofstream(seventh) << switched.dump(2);
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 8, 0), "run",
+                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
+                     "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  EXPECT_NE(out.find("note: resume: the attention switches were \"INGOT_ATTENTION=cudnn-fast\" in the checkpoint's run "
+                     "and are \"none\" now"), std::string::npos) << out;
+  EXPECT_EQ(out.find("attention backward's plan"), std::string::npos) << out;
 }
 
 // --resume with model: naming an older checkpoint of the same run (to go back before a divergence)

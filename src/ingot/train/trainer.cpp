@@ -342,11 +342,26 @@ nlohmann::json step_settings(const TrainConfig& c) {
           {"logits_chunk_tokens", c.logits_chunk_tokens}};
 }
 
+// The attention engine switches set for a CUDA run (docs/config.md, "Engine switches"), as
+// "NAME=value" separated by spaces; "" for none, and on the CPU, which ignores them. They choose
+// the kernels, so they change the bits.
+std::string attention_switches(const Context& ctx) {
+  if (ctx.device != Device::cuda) return "";
+  std::string set;
+  for (const char* name : {"INGOT_ATTENTION", "INGOT_ATTENTION_MMA_SYNC"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == 0 || std::string(value) == "0") continue;  // "0": the flag's default
+    if (!set.empty()) set += ' ';
+    set.append(name).append("=").append(value);
+  }
+  return set;
+}
+
 // What this run changes from the one that wrote the checkpoint it resumes, one line each for the
 // log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
 // no longer repeats an uninterrupted run, and the user should see that rather than find out.
 std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe,
-                                        const std::string& attention_plan) {
+                                        const std::string& attention_plan, const std::string& switches) {
   std::vector<std::string> changes;
   // The attention backward's plan follows the GPU memory free at the start (one cuDNN call, slices,
   // or Ingot's kernels), and the kernels give other bits than cuDNN. Recorded since 2026-12-01.
@@ -354,8 +369,16 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
     auto described = [](const std::string& plan) { return plan.empty() ? std::string("one call, where cuDNN runs it") : plan; };
     changes.push_back("the attention backward's plan was \"" + described(state["attention_plan"].get<std::string>()) +
                       "\" in the checkpoint's run and is \"" + described(attention_plan) +
-                      "\" now (the GPU's free memory differs): the run no longer repeats the uninterrupted one bit for bit "
-                      "(INGOT_ATTENTION_WORKSPACE_MIB pins the plan)");
+                      "\" now (the GPU's free memory or INGOT_ATTENTION_WORKSPACE_MIB differs): the run no longer "
+                      "repeats the uninterrupted one bit for bit (INGOT_ATTENTION_WORKSPACE_MIB pins the plan)");
+  }
+  // Recorded since 2026-12-01 (the twenty-first session).
+  if (state.contains("attention_switches") && state["attention_switches"] != switches) {
+    auto described = [](const std::string& set) { return set.empty() ? std::string("none") : set; };
+    changes.push_back("the attention switches were \"" + described(state["attention_switches"].get<std::string>()) +
+                      "\" in the checkpoint's run and are \"" + described(switches) +
+                      "\" now: other kernels run the attention, and the run no longer repeats the uninterrupted one "
+                      "bit for bit");
   }
   // "recipe" since checkpoints of 2026-11-30 (describe(): dtypes of gradients, moments, master
   // weights); older ones record only the precision.
@@ -614,7 +637,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
     log << "resumed from " << dir << " at step " << start_step << "\n";
-    for (const std::string& change : resume_changes(state, c, recipe, workspace_note))
+    for (const std::string& change : resume_changes(state, c, recipe, workspace_note, attention_switches(ctx)))
       log << "note: resume: " << change << "\n";
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
@@ -678,6 +701,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                               {"config_source", c.source}};
     contents.trainer_state.update(step_settings(c));
     contents.trainer_state["attention_plan"] = workspace_note;
+    contents.trainer_state["attention_switches"] = attention_switches(ctx);
     for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions,
                                                    c.save_total_limit))
       log << "warning: " << kept << "\n";
