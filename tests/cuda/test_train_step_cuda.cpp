@@ -257,6 +257,7 @@ TEST(CudaMemoryPlan, ChargesAndNamesOnlyTheAttentionThatWillRun) {
   m.params = cuda::device_memory_free() - without - (int64_t{1} << 30);  // 1 GiB left: no slice fits
   const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
   EXPECT_NE(note.find("attention backward on Ingot's CUDA-core kernels (head dim 96"), std::string::npos) << note;
+  EXPECT_NE(note.find("even in its smallest slices, 1 row(s) x 4 heads a call"), std::string::npos) << note;
 
   // A head dim above 128 stops the plan, naming the key and the value.
   ModelConfig big_heads = bench_preset("qwen3-0.6b");

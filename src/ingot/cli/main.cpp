@@ -91,7 +91,9 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
     std::cout << "  of the scratch, cuDNN's attention backward takes " << format_bytes(attention.one_call)
               << " in one call; where that does not fit, it runs in slices down to "
               << format_bytes(attention.smallest_slice) << " (total " << format_bytes(m.total() - attention.one_call + attention.smallest_slice)
-              << "), else on Ingot's kernels (total " << format_bytes(m.total() - attention.one_call) << ")\n";
+              << "), else on Ingot's kernels (total " << format_bytes(m.total() - attention.one_call)
+              << "); this is for whole rows: packed rows (SFT data with loss masks) run the backward on Ingot's "
+                 "kernels, without it\n";
   return 0;
 }
 

@@ -111,6 +111,9 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
     }
   }
   const int64_t smallest_slice = attention_workspace_range(memory).smallest_slice;
+  // At a T that is not a multiple of 4 the smallest aligned slice can be more than one row's one
+  // kv-head group (cudnn_backward_split): the note names the one that was ruled out.
+  const cuda::CudnnBackwardSplit smallest = splits.back();
   memory.scratch -= whole;
   memory.attention_workspace = 0;
   cuda::set_cudnn_backward_workspace_limit(0);
@@ -118,7 +121,8 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   // smaller total; a note about a fallback that never runs would only mislead.
   if (memory.total() > free_bytes) return "";
   return "attention backward on " + fallback_kernels(a) + ": cuDNN's would need " + format_bytes(smallest_slice) +
-         " of scratch even one row's one kv-head group at a time (" + format_bytes(whole) +
+         " of scratch even in its smallest slices, " + std::to_string(smallest.rows) + " row(s) x " +
+         std::to_string(smallest.kv_heads * (a.Hq / a.Hkv)) + " heads a call (" + format_bytes(whole) +
          " in one call), which does not fit";
 }
 }  // namespace

@@ -34,7 +34,7 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 // CUDA: when the plan exceeds the device's free memory and cuDNN's attention backward workspace
 // is part of it, shrinks that workspace to the largest slice of the backward that fits (cuDNN then
 // runs the backward in several calls, cudnn_backward_split in attention_cudnn.h), or, where not even
-// one row's one kv-head group fits, drops it and has the backward run on the tensor-core kernels
+// the smallest slice fits, drops it and has the backward run on the tensor-core kernels
 // (slower, no workspace). Otherwise lets cuDNN take the backward in one call. Returns a note for the
 // log when it shrank or dropped the workspace and the run then fits, else "". Call before
 // check_memory_fits.
