@@ -201,12 +201,28 @@ TEST(CudaMemoryPlan, AttentionWorkspaceShrinksToTheLargestSliceThatFits) {
   struct UnsetCap {
     ~UnsetCap() { unsetenv("INGOT_ATTENTION_WORKSPACE_MIB"); }
   } unset_cap;
+  // The note names what runs under the lower limit (it named the plan's slicing, which follows the
+  // free memory, and then the cap).
   setenv("INGOT_ATTENTION_WORKSPACE_MIB", "512", 1);
   {
     TrainingMemory m = plan_with_room(whole + GiB);
     const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
-    EXPECT_NE(note.find("INGOT_ATTENTION_WORKSPACE_MIB=512 caps"), std::string::npos) << note;
+    EXPECT_EQ(note.find("attention backward on Ingot's tensor-core kernels: INGOT_ATTENTION_WORKSPACE_MIB=512 caps "
+                        "cuDNN's workspace below its smallest slice"), 0u) << note;
     EXPECT_EQ(cuda::cudnn_backward_workspace_limit(), 512 * (int64_t{1} << 20));
+  }
+  setenv("INGOT_ATTENTION_WORKSPACE_MIB", "16384", 1);
+  for (const int64_t room : {whole + GiB, slice16 + GiB}) {  // the plan's own slicing: none, then the same
+    TrainingMemory m = plan_with_room(room);
+    const std::string note = fit_attention_workspace(m, cuda_ctx.ctx);
+    EXPECT_EQ(note, "attention backward on cuDNN in 4 calls of 1 row(s) x 8 heads (INGOT_ATTENTION_WORKSPACE_MIB=16384 "
+                    "is set; the plan above does not count what it saves)") << note;
+  }
+  setenv("INGOT_ATTENTION_WORKSPACE_MIB", "1048576", 1);  // 1 TiB: above one call's workspace
+  {
+    TrainingMemory m = plan_with_room(whole + GiB);
+    EXPECT_EQ(fit_attention_workspace(m, cuda_ctx.ctx),
+              "INGOT_ATTENTION_WORKSPACE_MIB=1048576 is set, and cuDNN's attention backward runs in one call");
   }
   setenv("INGOT_ATTENTION_WORKSPACE_MIB", "half", 1);
   TrainingMemory m = plan_with_room(whole + GiB);

@@ -132,13 +132,22 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device != Device::cuda) return "";
   cuda::check_attention_switches();  // a malformed INGOT_ATTENTION* value fails here, not mid-step
-  std::string note = fit_attention_workspace_to_memory(memory);
-  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds.
+  const std::string note = fit_attention_workspace_to_memory(memory);
+  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds,
+  // and the note names what runs under the lower limit, so that it does not depend on free memory.
   const char* cap = std::getenv("INGOT_ATTENTION_WORKSPACE_MIB");
-  if (memory.attention_workspace > 0 && cap && *cap)
-    note += std::string(note.empty() ? "" : "; ") + "INGOT_ATTENTION_WORKSPACE_MIB=" + cap +
-            " caps cuDNN's attention backward workspace (the plan above does not count the saving)";
-  return note;
+  if (memory.attention_workspace == 0 || cap == nullptr || *cap == 0) return note;
+  const TrainingMemory::Attention& a = memory.attention;
+  const std::string switch_set = std::string("INGOT_ATTENTION_WORKSPACE_MIB=") + cap;
+  const cuda::CudnnBackwardSplit runs =
+      cuda::cudnn_backward_split(a.B, a.T, a.Hq, a.Hkv, cuda::cudnn_backward_workspace_limit());
+  if (!runs.fits())  // only the variable can rule out every slice: the plan left one that fits
+    return "attention backward on " + fallback_kernels(a) + ": " + switch_set +
+           " caps cuDNN's workspace below its smallest slice (the plan above does not count the saving)";
+  if (runs.calls(a.B, a.Hkv) == 1) return switch_set + " is set, and cuDNN's attention backward runs in one call";
+  return "attention backward on cuDNN in " + std::to_string(runs.calls(a.B, a.Hkv)) + " calls of " +
+         std::to_string(runs.rows) + " row(s) x " + std::to_string(runs.kv_heads * (a.Hq / a.Hkv)) + " heads (" +
+         switch_set + " is set; the plan above does not count what it saves)";
 #else
   (void)memory;
   (void)ctx;
