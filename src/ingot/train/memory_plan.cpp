@@ -83,11 +83,12 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
 
 #ifdef INGOT_HAVE_CUDA
 namespace {
-// fit_attention_workspace without the environment's cap.
-std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
+// fit_attention_workspace without the environment's cap; *limit: the workspace limit it set.
+std::string fit_attention_workspace_to_memory(TrainingMemory& memory, int64_t* limit) {
   const int64_t free_bytes = cuda::device_memory_free();
+  *limit = std::numeric_limits<int64_t>::max();
   if (memory.attention_workspace == 0 || memory.total() <= free_bytes) {
-    cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
+    cuda::set_cudnn_backward_workspace_limit(*limit);
     return "";
   }
   const TrainingMemory::Attention& a = memory.attention;
@@ -103,6 +104,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
     if (rest + needed <= free_bytes) {
       memory.scratch += needed - whole;
       memory.attention_workspace = needed;
+      *limit = slice_workspace;
       cuda::set_cudnn_backward_workspace_limit(slice_workspace);
       return "attention backward on cuDNN in " + std::to_string(split.calls(a.B, a.Hkv)) + " calls of " +
              std::to_string(split.rows) + " row(s) x " + std::to_string(split.kv_heads * (a.Hq / a.Hkv)) +
@@ -116,6 +118,7 @@ std::string fit_attention_workspace_to_memory(TrainingMemory& memory) {
   const cuda::CudnnBackwardSplit smallest = splits.back();
   memory.scratch -= whole;
   memory.attention_workspace = 0;
+  *limit = 0;
   cuda::set_cudnn_backward_workspace_limit(0);
   // A run that does not fit even so stops at check_memory_fits, whose message then gives the
   // smaller total; a note about a fallback that never runs would only mislead.
@@ -132,22 +135,25 @@ std::string fit_attention_workspace(TrainingMemory& memory, const Context& ctx) 
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device != Device::cuda) return "";
   cuda::check_attention_switches();  // a malformed INGOT_ATTENTION* value fails here, not mid-step
-  const std::string note = fit_attention_workspace_to_memory(memory);
-  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds,
-  // and the note names what runs under the lower limit, so that it does not depend on free memory.
+  int64_t planned_limit = 0;
+  const std::string note = fit_attention_workspace_to_memory(memory, &planned_limit);
+  // INGOT_ATTENTION_WORKSPACE_MIB (A/B runs) can only lower the limit: the plan above still holds.
+  // Where it changes what runs, the note names what does (the note is also the checkpoint's
+  // attention_plan, which --resume compares); where it does not, the note is the plan's.
   const char* cap = std::getenv("INGOT_ATTENTION_WORKSPACE_MIB");
   if (memory.attention_workspace == 0 || cap == nullptr || *cap == 0) return note;
   const TrainingMemory::Attention& a = memory.attention;
-  const std::string switch_set = std::string("INGOT_ATTENTION_WORKSPACE_MIB=") + cap;
+  const cuda::CudnnBackwardSplit planned = cuda::cudnn_backward_split(a.B, a.T, a.Hq, a.Hkv, planned_limit);
   const cuda::CudnnBackwardSplit runs =
       cuda::cudnn_backward_split(a.B, a.T, a.Hq, a.Hkv, cuda::cudnn_backward_workspace_limit());
-  if (!runs.fits())  // only the variable can rule out every slice: the plan left one that fits
+  if (runs.rows == planned.rows && runs.kv_heads == planned.kv_heads) return note;
+  const std::string switch_set = std::string("INGOT_ATTENTION_WORKSPACE_MIB=") + cap;
+  if (!runs.fits())
     return "attention backward on " + fallback_kernels(a) + ": " + switch_set +
            " caps cuDNN's workspace below its smallest slice (the plan above does not count the saving)";
-  if (runs.calls(a.B, a.Hkv) == 1) return switch_set + " is set, and cuDNN's attention backward runs in one call";
   return "attention backward on cuDNN in " + std::to_string(runs.calls(a.B, a.Hkv)) + " calls of " +
          std::to_string(runs.rows) + " row(s) x " + std::to_string(runs.kv_heads * (a.Hq / a.Hkv)) + " heads (" +
-         switch_set + " is set; the plan above does not count what it saves)";
+         switch_set + " caps its workspace; the plan above does not count what it saves)";
 #else
   (void)memory;
   (void)ctx;
