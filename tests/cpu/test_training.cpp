@@ -735,28 +735,24 @@ TEST_F(Training, ResumeNamesAChangedPrecision) {
                            "note: resume: train_on_inputs was false in the checkpoint, now true"})
     EXPECT_NE(out.find(note), std::string::npos) << note << "\n" << out;
   EXPECT_EQ(out.find("note: resume: micro_batch_size"), std::string::npos) << "compared with the newest checkpoint\n" << out;
+  // The GPU records of the attention, edited into the newest checkpoint (the CPU records them empty),
+  // then resumed for one more step with the same settings.
+  auto resume_with_record = [&](int64_t checkpoint, const char* key, const std::string& gpu_value) {
+    const std::string file = root + "/run/checkpoint-" + std::to_string(checkpoint) + "/trainer_state.json";
+    nlohmann::json recorded = nlohmann::json::parse(read_file(file));
+    EXPECT_EQ(recorded.at(key), "") << key;
+    recorded[key] = gpu_value;
+    std::ofstream(file) << recorded.dump(2);
+    EXPECT_EQ(0, train(tiny_config(data, root + "/run", checkpoint + 1, 0), "run",
+                       "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
+                       "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  };
   // The attention backward's plan follows the GPU memory free at the start; another plan is named.
-  // (On the CPU the plan is empty: here the record says a GPU run sliced it.)
-  const std::string newest = root + "/run/checkpoint-6/trainer_state.json";
-  nlohmann::json sliced = nlohmann::json::parse(read_file(newest));
-  EXPECT_EQ(sliced.at("attention_plan"), "");
-  sliced["attention_plan"] = "attention backward on cuDNN in 2 calls";
-  std::ofstream(newest) << sliced.dump(2);
-  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 7, 0), "run",
-                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
-                     "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  resume_with_record(6, "attention_plan", "attention backward on cuDNN in 2 calls");
   EXPECT_NE(out.find("note: resume: the attention backward's plan was \"attention backward on cuDNN in 2 calls\" in the "
                      "checkpoint's run and is \"one call, where cuDNN runs it\" now"), std::string::npos) << out;
-  // So are the attention switches a CUDA run had set (the CPU records none: here the record says a
-  // GPU run set one).
-  const std::string seventh = root + "/run/checkpoint-7/trainer_state.json";
-  nlohmann::json switched = nlohmann::json::parse(read_file(seventh));
-  EXPECT_EQ(switched.at("attention_switches"), "");
-  switched["attention_switches"] = "INGOT_ATTENTION=cudnn-fast";
-  std::ofstream(seventh) << switched.dump(2);
-  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 8, 0), "run",
-                     "--resume --set micro_batch_size=1 --set gradient_accumulation_steps=4 --set warmup_steps=5 "
-                     "--set weight_decay=0 --set adam_beta2=0.95 --set train_on_inputs=true", &out)) << out;
+  // So are the attention switches a CUDA run had set.
+  resume_with_record(7, "attention_switches", "INGOT_ATTENTION=cudnn-fast");
   EXPECT_NE(out.find("note: resume: the attention switches were \"INGOT_ATTENTION=cudnn-fast\" in the checkpoint's run "
                      "and are \"none\" now"), std::string::npos) << out;
   EXPECT_EQ(out.find("attention backward's plan"), std::string::npos) << out;

@@ -363,23 +363,22 @@ std::string attention_switches(const Context& ctx) {
 std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe,
                                         const std::string& attention_plan, const std::string& switches) {
   std::vector<std::string> changes;
+  // A string the checkpoint recorded (if it did) that differs now; an empty one is shown as `empty`.
+  auto compare_record = [&](const char* key, const std::string& now, const std::string& empty, const std::string& what_was,
+                            const std::string& is, const std::string& consequence) {
+    if (!state.contains(key) || state[key] == now) return;
+    auto shown = [&](const std::string& value) { return value.empty() ? empty : value; };
+    changes.push_back(what_was + " \"" + shown(state[key].get<std::string>()) + "\" in the checkpoint's run and " + is +
+                      " \"" + shown(now) + "\" now" + consequence);
+  };
   // The attention backward's plan follows the GPU memory free at the start (one cuDNN call, slices,
   // or Ingot's kernels), and the kernels give other bits than cuDNN. Recorded since 2026-12-01.
-  if (state.contains("attention_plan") && state["attention_plan"] != attention_plan) {
-    auto described = [](const std::string& plan) { return plan.empty() ? std::string("one call, where cuDNN runs it") : plan; };
-    changes.push_back("the attention backward's plan was \"" + described(state["attention_plan"].get<std::string>()) +
-                      "\" in the checkpoint's run and is \"" + described(attention_plan) +
-                      "\" now (the GPU's free memory or INGOT_ATTENTION_WORKSPACE_MIB differs): the run no longer "
-                      "repeats the uninterrupted one bit for bit (INGOT_ATTENTION_WORKSPACE_MIB pins the plan)");
-  }
+  compare_record("attention_plan", attention_plan, "one call, where cuDNN runs it", "the attention backward's plan was",
+                 "is", " (the GPU's free memory or INGOT_ATTENTION_WORKSPACE_MIB differs): the run no longer repeats the "
+                 "uninterrupted one bit for bit (INGOT_ATTENTION_WORKSPACE_MIB pins the plan)");
   // Recorded since 2026-12-01 (the twenty-first session).
-  if (state.contains("attention_switches") && state["attention_switches"] != switches) {
-    auto described = [](const std::string& set) { return set.empty() ? std::string("none") : set; };
-    changes.push_back("the attention switches were \"" + described(state["attention_switches"].get<std::string>()) +
-                      "\" in the checkpoint's run and are \"" + described(switches) +
-                      "\" now: other kernels run the attention, and the run no longer repeats the uninterrupted one "
-                      "bit for bit");
-  }
+  compare_record("attention_switches", switches, "none", "the attention switches were", "are",
+                 ": other kernels run the attention, and the run no longer repeats the uninterrupted one bit for bit");
   // "recipe" since checkpoints of 2026-11-30 (describe(): dtypes of gradients, moments, master
   // weights); older ones record only the precision.
   const bool has_recipe = state.contains("recipe");
