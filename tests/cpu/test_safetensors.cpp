@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ingot/core/dtype.h"
@@ -351,6 +352,43 @@ TEST_F(SafeTensorsBadInput, NegativeDim) {
 TEST_F(SafeTensorsBadInput, DuplicateInOneFile) {
   write_raw(path("twice.safetensors"), R"({"w":)" + good_entry() + R"(,"w":)" + good_entry() + "}", std::string(8, '\0'));
   expect_open_error(path("twice.safetensors"), {"twice.safetensors", "\"w\"", "twice"});
+}
+
+// A nested duplicate is not a tensor named twice; a duplicate deep in a header of 100k tensors is
+// found without the quadratic parse the callback parser took (300k tensors ran past a minute).
+TEST_F(SafeTensorsBadInput, DuplicateAmongManyTensors) {
+  std::string header = R"({"w":)" + good_entry();
+  for (int i = 0; i < 100000; ++i)
+    header += ",\"z." + std::to_string(i) + R"(":{"dtype":"F32","shape":[0],"data_offsets":[8,8]})";
+  write_raw(path("many.safetensors"), header + "}", std::string(8, '\0'));
+  EXPECT_EQ(SafeTensorsReader::open(path("many.safetensors")).names().size(), 100001u);
+  write_raw(path("many_twice.safetensors"), header + R"(,"z.99999":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}})",
+            std::string(8, '\0'));
+  expect_open_error(path("many_twice.safetensors"), {"many_twice.safetensors", "\"z.99999\"", "twice"});
+  write_raw(path("nested.safetensors"), R"({"__metadata__":{"a":"1"},"w":)" + good_entry() + "}", std::string(8, '\0'));
+  EXPECT_NO_THROW(SafeTensorsReader::open(path("nested.safetensors")));
+}
+
+// Bytes the JSON parser never reads (after a NUL) or skips (a byte-order mark) are refused: the
+// header was accepted with garbage after a NUL.
+TEST_F(SafeTensorsBadInput, NulOrByteOrderMarkInHeader) {
+  write_raw(path("nul.safetensors"), R"({"w":)" + good_entry() + std::string("}\0GARBAGE{{{", 12), std::string(8, '\0'));
+  expect_open_error(path("nul.safetensors"), {"nul.safetensors", "NUL byte at offset"});
+  write_raw(path("bom.safetensors"), "\xEF\xBB\xBF{\"w\":" + good_entry() + "}", std::string(8, '\0'));
+  expect_open_error(path("bom.safetensors"), {"bom.safetensors", "byte-order mark"});
+  // Spaces after the JSON (how writers align the data) stay allowed.
+  write_raw(path("spaces.safetensors"), R"({"w":)" + good_entry() + "}    ", std::string(8, '\0'));
+  EXPECT_NO_THROW(SafeTensorsReader::open(path("spaces.safetensors")));
+}
+
+// A FIFO in a model folder is refused at once; opening one waited for a writer forever.
+TEST_F(SafeTensorsBadInput, FifoIsRefusedNotWaitedOn) {
+  ASSERT_EQ(0, ::mkfifo(path("fifo.safetensors").c_str(), 0644));
+  expect_open_error(path("fifo.safetensors"), {"fifo.safetensors", "not a regular file"});
+  ASSERT_EQ(0, ::mkfifo(path("config.json").c_str(), 0644));
+  expect_error([&] { io::read_text_file(path("config.json"), "model config"); },
+               {"model config", "config.json", "not a regular file"});
+  expect_error([&] { io::read_text_file("/dev/zero", "tokenizer"); }, {"tokenizer /dev/zero", "not a regular file"});
 }
 
 TEST_F(SafeTensorsBadInput, BadMetadata) {

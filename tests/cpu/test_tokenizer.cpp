@@ -274,6 +274,21 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
   expect_load_error("duplicate_id", [](json& r) { r["model"]["vocab"]["b"] = 0; }, {"vocab id 0 is given to both"});
   expect_load_error("vocab_list", [](json& r) { r["model"]["vocab"] = json::array({"a", "b"}); },
                     {"model.vocab must be an object"});
+  // An empty token sharing an id, and merges that are not a list, were accepted (a fuzzing review,
+  // 2026-12-01: merges given as null or as one string tokenized without them).
+  expect_load_error("empty_token_duplicate_id", [](json& r) { r["model"]["vocab"][""] = 0; },
+                    {"vocab id 0 is given to both"});
+  expect_load_error("merges_null", [](json& r) { r["model"]["merges"] = nullptr; }, {"model.merges must be a list, got null"});
+  expect_load_error("merges_string", [](json& r) { r["model"]["merges"] = "a b"; },
+                    {"model.merges must be a list, got string"});
+  // tokenizer_config.json's eos_token given as an object with a non-string content: named as such,
+  // not as invalid JSON.
+  const std::string eos_dir = test::temp_dir("tokenizer_errors_eos_content");
+  write_tokenizer(eos_dir, [](json&) {});
+  std::ofstream(eos_dir + "/tokenizer_config.json") << R"({"eos_token": {"content": 5}})";
+  const std::string eos_msg = test::error_of([&] { BpeTokenizer::from_file(eos_dir); });
+  EXPECT_NE(eos_msg.find(eos_dir + "/tokenizer_config.json: eos_token's \"content\" must be a string, got 5"),
+            std::string::npos) << eos_msg;
   // A field of the wrong type names the part of the file it is in, without the JSON library's prefix.
   expect_load_error("merge_ids", [](json& r) { r["model"]["merges"] = json::array({json::array({1, 2})}); },
                     {"model.merges is not as a tokenizer.json has it: type must be string, but is number"});
@@ -316,6 +331,12 @@ TEST(BpeTokenizer, PostProcessorSpecialTokens) {
   const std::string msg = test::error_of([&] { roberta.special_prefix(); });
   EXPECT_NE(msg.find("post_processor \"RobertaProcessing\" is not supported"), std::string::npos) << msg;
   EXPECT_EQ(roberta.encode("ab"), std::vector<int32_t>{2});  // encode itself is unaffected
+  // An id beyond int32 is named, not wrapped into the vocabulary (2^32 + 1 read as 1).
+  json wide = around;
+  wide["special_tokens"]["</s>"]["ids"] = json::array({(int64_t{1} << 32) + 1});
+  const std::string wide_msg = test::error_of([&] { with(wide); });
+  EXPECT_NE(wide_msg.find("post_processor's special token \"</s>\" has id 4294967297, outside the vocabulary"),
+            std::string::npos) << wide_msg;
 }
 
 TEST(BpeTokenizer, MergesAsStringsOrPairsAndUnknownBytesDropped) {

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <queue>
 #include <sstream>
+#include <utility>
 #include <thread>
 #include <unordered_map>
 
@@ -279,14 +280,6 @@ struct BpeTokenizerImpl {
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open ", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 std::string json_type(const json& node) {
   if (node.is_object() && node.contains("type") && node["type"].is_string())
     return node["type"].get<std::string>();
@@ -378,7 +371,16 @@ void load_post_processor(BpeTokenizerImpl& t, const json& node) {
     const std::string name = piece.at("SpecialToken").at("id").get<std::string>();
     std::vector<int32_t> ids;
     if (specials.contains(name)) {
-      for (const json& id : specials[name].at("ids")) ids.push_back(id.get<int32_t>());
+      for (const json& id : specials[name].at("ids")) {
+        // Read wide, so that an id beyond int32 is named below rather than wrapped into the vocabulary.
+        if (!id.is_number_integer())
+          fail(t.path, ": post_processor's special token \"", name, "\" has a non-integer id ", io::json_brief(id));
+        const int64_t wide = id.get<int64_t>();
+        ids.push_back(wide < 0 || wide >= t.vocab_size ? -1 : int32_t(wide));
+        if (ids.back() < 0)
+          fail(t.path, ": post_processor's special token \"", name, "\" has id ", id.dump(), ", outside the vocabulary of ",
+               t.vocab_size);
+      }
     } else if (auto it = t.token_to_id.find(name); it != t.token_to_id.end()) {
       ids.push_back(it->second);
     }
@@ -401,7 +403,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   t->path = path.string();
   json root;
   try {
-    const std::string text = read_text_file(t->path);
+    const std::string text = io::read_text_file(t->path, "tokenizer");
     io::check_json_nesting(text, t->path, "tokenizer");
     root = json::parse(text);
   } catch (const json::exception& e) {
@@ -483,9 +485,10 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     t->id_is_special.assign(t->vocab_size, 0);
     t->token_to_id.reserve(vocab.size() + added.size());
     reading = "model.vocab";
+    std::vector<char> id_taken(size_t(t->vocab_size), 0);  // not id_to_token's emptiness: "" is a string too
     for (const auto& [token, id_json] : vocab.items()) {
       const int32_t id = id_json.get<int32_t>();
-      if (!t->id_to_token[id].empty())
+      if (std::exchange(id_taken[size_t(id)], 1))
         fail(t->path, ": vocab id ", id, " is given to both \"", t->id_to_token[id], "\" and \"", token, "\"");
       if (utf8_find_invalid(token) != std::string_view::npos)
         fail(t->path, ": vocab token with id ", id, " is not valid UTF-8");
@@ -508,6 +511,7 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     // Merges: "left right" strings (older files) or [left, right] pairs.
     reading = "model.merges";
     const json& merges = model.at("merges");
+    if (!merges.is_array()) fail(t->path, ": model.merges must be a list, got ", merges.type_name());
     t->merges.reserve(merges.size());
     uint32_t rank = 0;
     for (const auto& m : merges) {
@@ -567,12 +571,17 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
   const fs::path config = path.parent_path() / "tokenizer_config.json";
   if (fs::exists(config)) {
     try {
-      const std::string text = read_text_file(config.string());
+      const std::string text = io::read_text_file(config.string(), "tokenizer config");
       io::check_json_nesting(text, config.string(), "tokenizer config");
       const json c = json::parse(text);
       std::string eos;
       if (c.contains("eos_token") && c["eos_token"].is_string()) eos = c["eos_token"].get<std::string>();
-      else if (c.contains("eos_token") && c["eos_token"].is_object()) eos = c["eos_token"].value("content", "");
+      else if (c.contains("eos_token") && c["eos_token"].is_object()) {
+        const json content = c["eos_token"].value("content", json(""));
+        if (!content.is_string())
+          fail(config.string(), ": eos_token's \"content\" must be a string, got ", io::json_brief(content));
+        eos = content.get<std::string>();
+      }
       if (!eos.empty()) {
         auto it = t->token_to_id.find(eos);
         if (it == t->token_to_id.end()) fail(config.string(), ": eos_token \"", eos, "\" is not a token");

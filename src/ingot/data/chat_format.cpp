@@ -259,9 +259,7 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
 ChatFormat load_chat_format(const std::string& path) {
   fs::path file(path);
   if (fs::is_directory(file)) file /= "tokenizer_config.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("chat format: cannot open ", file.string());
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string text = io::read_text_file(file.string(), "chat format: tokenizer config");
   io::check_json_nesting(text, file.string(), "chat format:");
   nlohmann::json config;
   try {
@@ -274,9 +272,7 @@ ChatFormat load_chat_format(const std::string& path) {
   const fs::path jinja = file.parent_path() / "chat_template.jinja";
   std::string tmpl;
   if ((it == config.end() || it->is_null()) && fs::exists(jinja)) {
-    std::ifstream jinja_in(jinja, std::ios::binary);
-    tmpl.assign(std::istreambuf_iterator<char>(jinja_in), std::istreambuf_iterator<char>());
-    if (!jinja_in.good() && !jinja_in.eof()) fail("chat format: cannot read ", jinja.string());
+    tmpl = io::read_text_file(jinja.string(), "chat format: template");
     if (tmpl.empty()) fail("chat format: ", jinja.string(), " is empty");
   } else if (it == config.end() || it->is_null()) {
     fail("chat format: ", file.string(), " has no chat_template, and there is no chat_template.jinja beside it (",

@@ -15,8 +15,16 @@
 namespace ingot::io {
 
 std::string read_text_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail("cannot read ", what, " ", path, ": it is a directory");
+  // Checked before opening: a FIFO would block the open until a writer came, and a device such as
+  // /dev/zero would be read until memory ran out.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail("cannot read ", what, " ", path, ": it is a directory");
+    if (!S_ISREG(st.st_mode)) fail("cannot read ", what, " ", path, ": it is not a regular file");
+    if (st.st_size > kMaxTextFileBytes)
+      fail("cannot read ", what, " ", path, ": ", st.st_size, " bytes, more than the ", kMaxTextFileBytes >> 20,
+           " MiB a text file of a model, a dataset or a run is read up to");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot read ", what, " ", path, ": ", std::strerror(errno));
   std::ostringstream text;

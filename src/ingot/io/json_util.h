@@ -12,7 +12,9 @@
 
 namespace ingot::io {
 
-// Reads a whole file into memory; errors name the path and the OS reason.
+// Reads a whole regular file of at most kMaxTextFileBytes into memory; errors name `what`, the path
+// and the reason (a directory, a FIFO or a device, too large, the OS's).
+inline constexpr int64_t kMaxTextFileBytes = int64_t{1} << 30;
 std::string read_text_file(const std::string& path, const std::string& what);
 
 // JSON nested deeper than this is refused before parsing: printing or walking such a value

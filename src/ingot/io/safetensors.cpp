@@ -200,13 +200,41 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + ")";
 }
 
+// ---- header ---------------------------------------------------------------------------------
+
+// A SAX pass over a JSON document that finds the first top-level key given twice. (The DOM parser's
+// callback mode, which could do this while parsing, rescans the parent object at every closing
+// brace: quadratic in the tensor count, minutes for a header of 300k tensors.)
+struct TopLevelKeys {
+  std::set<std::string> seen;
+  std::string duplicate;
+  int depth = 0;
+  bool null() { return true; }
+  bool boolean(bool) { return true; }
+  bool number_integer(json::number_integer_t) { return true; }
+  bool number_unsigned(json::number_unsigned_t) { return true; }
+  bool number_float(json::number_float_t, const json::string_t&) { return true; }
+  bool string(json::string_t&) { return true; }
+  bool binary(json::binary_t&) { return true; }
+  bool start_object(std::size_t) { return ++depth > 0; }
+  bool end_object() { return --depth >= 0; }
+  bool start_array(std::size_t) { return ++depth > 0; }
+  bool end_array() { return --depth >= 0; }
+  bool key(json::string_t& name) {
+    if (depth == 1 && !seen.insert(name).second && duplicate.empty()) duplicate = name;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) { return false; }  // parsed before
+};
+
 // ---- mapped files ---------------------------------------------------------------------------
 
 // A whole file mapped read-only. Invariant: size >= 8 (shorter files are rejected before mapping).
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO returns at once (and is refused below) instead of waiting for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail("cannot open safetensors file ", path, ": ", std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
@@ -276,23 +304,22 @@ void parse_safetensors_header(const MappedFile& file, std::vector<SafeTensorInfo
          " bytes but the file has ", file.size());
 
   const std::string header_text(reinterpret_cast<const char*>(file.data()) + 8, header_len);
-  json header;
-  // JSON objects keep the last of duplicate keys; a header naming one tensor twice is corrupt, so
-  // top-level keys are collected while parsing.
-  std::set<std::string> top_level_keys;
-  std::string duplicate;
-  auto on_event = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::key && depth == 1 && parsed.is_string() &&
-        !top_level_keys.insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
+  // The JSON parser stops at a NUL and skips a byte-order mark: bytes it never reads would pass.
+  if (const size_t nul = header_text.find('\0'); nul != std::string::npos)
+    fail("safetensors file ", path, ": header holds a NUL byte at offset ", 8 + nul, " (corrupt)");
+  if (header_text.starts_with("\xEF\xBB\xBF"))
+    fail("safetensors file ", path, ": header starts with a byte-order mark, which safetensors does not allow");
   check_json_nesting(header_text, path, "safetensors header of");
+  json header;
   try {
-    header = json::parse(header_text, on_event);
+    header = json::parse(header_text);
   } catch (const json::exception& e) {
     fail("safetensors file ", path, ": header is not valid JSON: ", json_error_text(e));
   }
+  // JSON objects keep the last of duplicate keys; a header naming one tensor twice is corrupt.
+  TopLevelKeys keys;
+  json::sax_parse(header_text, &keys);
+  const std::string& duplicate = keys.duplicate;
   if (!duplicate.empty()) fail("safetensors file ", path, ": tensor \"", duplicate, "\" appears twice in the header");
   if (!header.is_object())
     fail("safetensors file ", path, ": header must be a JSON object, got ", json_type_name(header));
