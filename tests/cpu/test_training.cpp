@@ -1073,6 +1073,33 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
 
+// A model's companion files are checked before a run trains or an export writes: a folder named
+// generation_config.json failed the first checkpoint save after all the training (leaving a partial
+// checkpoint folder), and a broken JSON file was copied into every checkpoint and export.
+TEST_F(Training, BrokenCompanionFilesStopTheRunBeforeStepOne) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string model = root + "/run/checkpoint-1";
+  const std::string tiny = tiny_config(data, root + "/ft", 2, 1);
+  const std::string fine_tune = "model: " + model + "\n" + tiny.substr(tiny.find("train_data:"));
+  fs::create_directories(model + "/generation_config.json");
+  EXPECT_NE(0, train(fine_tune, "ft", "--set eval_steps=0", &out));
+  EXPECT_NE(out.find("cannot read companion file " + model + "/generation_config.json: it is a directory"),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/ft/metrics.jsonl"));  // refused before the run's files were made
+  fs::remove(model + "/generation_config.json");
+  write_file(model + "/tokenizer_config.json", "{\"eos_token\": ");
+  EXPECT_NE(0, train(fine_tune, "ft", "--set eval_steps=0 --overwrite", &out));
+  EXPECT_NE(out.find("companion file " + model + "/tokenizer_config.json is not valid JSON"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " export " + model + " " + root + "/exported", &out));
+  EXPECT_NE(out.find("companion file " + model + "/tokenizer_config.json is not valid JSON"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/exported"));
+  fs::remove(model + "/tokenizer_config.json");
+  ASSERT_EQ(0, train(fine_tune, "ft", "--set eval_steps=0 --overwrite", &out)) << out;
+  for (const auto& entry : fs::directory_iterator(root + "/ft"))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+}
+
 // A config.json whose sizes need more host memory than there is (a typo in intermediate_size) is
 // named; export printed "error: std::bad_alloc".
 TEST_F(Training, ExportNamesTheMemoryAConfigAsksFor) {

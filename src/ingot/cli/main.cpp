@@ -203,13 +203,13 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   }
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
+  const std::vector<std::string> companions = model_companion_files(dir);  // checked before anything is written
   // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
   fs::path target = fs::absolute(out_dir).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
-    for (const char* name : kModelCompanionFiles)
-      if (fs::exists(fs::path(dir) / name)) fs::copy_file(fs::path(dir) / name, folder / name);
+    for (const std::string& file : companions) fs::copy_file(file, folder / fs::path(file).filename());
   };
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
   else create_directory_whole(target, write_export);

@@ -15,6 +15,19 @@ namespace ingot {
 
 namespace fs = std::filesystem;
 
+std::vector<std::string> model_companion_files(const std::string& dir) {
+  std::vector<std::string> files;
+  for (const char* name : kModelCompanionFiles) {
+    const fs::path file = fs::path(dir) / name;
+    std::error_code ec;
+    if (!fs::exists(file, ec)) continue;
+    const std::string text = io::read_text_file(file.string(), "companion file");  // a folder or FIFO is named here
+    if (file.extension() == ".json") (void)io::parse_json(text, file.string(), "companion file");
+    files.push_back(file.string());
+  }
+  return files;
+}
+
 std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW* optimizer, DType* dtype) {
   const Tensor source = optimizer && optimizer->master().present() ? optimizer->master() : model.weights();
   std::vector<char> host(static_cast<size_t>(source.bytes()));
@@ -103,6 +116,14 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   }
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
+  // A save that fails part way (a full disk) leaves no partial folder behind.
+  struct RemoveUnlessRenamed {
+    const fs::path& dir;
+    ~RemoveUnlessRenamed() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove_partial{tmp_dir};
 
   io::save_hf_model(tmp_dir.string(), model.config(), model.entries(), flat, dtype, int64_t{1} << 62);
 

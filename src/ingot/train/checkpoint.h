@@ -24,6 +24,12 @@ namespace ingot {
 inline constexpr std::array<const char*, 5> kModelCompanionFiles = {
     "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", "generation_config.json"};
 
+// The companion files present in `dir`, checked before a run or an export copies them: each a
+// regular file, and the JSON ones valid JSON (a broken one was copied into every checkpoint, where
+// generate then failed on it, or a folder in its place failed the first save after the training).
+// Errors name the file.
+std::vector<std::string> model_companion_files(const std::string& dir);
+
 struct CheckpointContents {
   int64_t step = 0;
   nlohmann::json trainer_state;       // everything but the tensors

@@ -319,8 +319,7 @@ std::vector<std::string> companion_files(const TrainConfig& c, const std::vector
     // (checkpoints carrying it could not generate: its vocabulary is not the model's).
     if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte") dirs.push_back(d);
   for (const fs::path& d : dirs)
-    for (const char* n : kModelCompanionFiles)
-      if (fs::exists(d / n)) files.push_back((d / n).string());
+    for (std::string& file : model_companion_files(d.string())) files.push_back(std::move(file));
   return files;
 }
 
@@ -535,6 +534,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   }
   data::DataLoader& loader = *loader_or;
   check_data_tokenizer(c, data_dirs, log);
+  const std::vector<std::string> companions = companion_files(c, data_dirs);  // checked before anything runs
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
@@ -687,7 +687,6 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
-  const std::vector<std::string> companions = companion_files(c, data_dirs);
   int64_t last_saved = -1;
   auto save = [&](int64_t step, bool commit = true) {
     CheckpointContents contents;
