@@ -1073,6 +1073,19 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
 
+// Non-finite logits stop generation with the reason; sampling from them printed arbitrary tokens
+// and exited 0 (a config.json with rope_theta 1e-300 passes the config's checks: it is positive).
+TEST_F(Training, GenerateRefusesNonFiniteLogits) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string checkpoint = root + "/run/checkpoint-1";
+  nlohmann::json config = nlohmann::json::parse(read_file(checkpoint + "/config.json"));
+  config["rope_theta"] = 1e-300;
+  write_file(checkpoint + "/config.json", config.dump());
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 4 --temperature 0", &out));
+  EXPECT_NE(out.find("the weights or config.json of " + checkpoint + " give non-finite values"), std::string::npos) << out;
+}
+
 // A model's companion files are checked before a run trains or an export writes: a folder named
 // generation_config.json failed the first checkpoint save after all the training (leaving a partial
 // checkpoint folder), and a broken JSON file was copied into every checkpoint and export.
