@@ -7,10 +7,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 #include <set>
+#include <streambuf>
+#include <utility>
 
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -669,6 +672,44 @@ TEST(DataPrepare, JsonlTextFieldAndShardSplitting) {
   c.val_fraction = 0;
   DataLoader loader(c);
   EXPECT_EQ(loader.num_tokens(), 30);
+}
+
+// Two prepares into one folder: the one that finishes second finds the first one's dataset at its
+// commit and leaves it (it replaced it, and both said they had written theirs). The second prepare
+// here starts from inside the first, at its first "wrote" line, through its log stream.
+TEST(DataPrepare, APrepareThatFinishedMeanwhileIsNotReplaced) {
+  const std::string dir = test::temp_dir("prepare_race");
+  write_text(dir + "/first.txt", "first dataset");
+  write_text(dir + "/second.txt", "the second, longer dataset");
+  ByteTokenizer tok;
+  PrepareOptions first;
+  first.inputs = {dir + "/first.txt"};
+  first.output_dir = dir + "/out";
+  struct OnFirstWrite : std::streambuf {
+    std::string text;
+    std::function<void()> run;
+    std::streamsize xsputn(const char* s, std::streamsize n) override {
+      text.append(s, size_t(n));
+      if (run && text.find("prepare: wrote") != std::string::npos) std::exchange(run, nullptr)();
+      return n;
+    }
+    int overflow(int c) override {
+      const char ch = char(c);
+      return c == traits_type::eof() ? 0 : (xsputn(&ch, 1), c);
+    }
+  } buffer;
+  std::ostream log(&buffer);
+  PrepareOptions second = first;
+  second.inputs = {dir + "/second.txt"};
+  second.log = &log;
+  buffer.run = [&] { prepare_dataset(first, tok); };
+  const std::string msg = test::error_of([&] { prepare_dataset(second, tok); });
+  EXPECT_NE(msg.find("output directory " + dir + "/out now holds a dataset (meta.json) that another process wrote"),
+            std::string::npos) << msg;
+  Shard kept(dir + "/out/train-00000.bin");
+  EXPECT_EQ(kept.num_tokens(), int64_t(std::string("first dataset").size()) + 1);
+  for (const auto& entry : fs::directory_iterator(dir + "/out"))
+    EXPECT_EQ(entry.path().filename().string().find(".prepare-"), std::string::npos) << entry.path();
 }
 
 // A truncated text document keeps its end-of-text token: in stream mode it is the only mark

@@ -312,13 +312,19 @@ struct StagingDir {
   // Old dataset aside (into this folder), new one in (shards first, meta.json, the mark of a
   // complete dataset, last), and only then the old one deleted. A failure midway moves the old
   // dataset back: deleting it first lost both datasets when a later rename failed.
-  void commit(const fs::path& out) {
+  void commit(const fs::path& out, bool overwrite) {
     const fs::path old_dir = path / "old";
     fs::create_directories(old_dir);
     std::vector<fs::path> set_aside, moved_in;
+    // Checked again here, not only at the start: another prepare into the same folder may have
+    // finished meanwhile, and its dataset was replaced without a word (both said they had written it).
+    std::vector<fs::path> old_files = dataset_files(out);
+    if (!overwrite && !old_files.empty())
+      fail("prepare: output directory ", out.string(), " now holds a dataset (", old_files.front().filename().string(),
+           ") that another process wrote while this prepare ran; it is left as it is, and this prepare's output is "
+           "discarded. Run one prepare at a time per directory, or set overwrite (--overwrite)");
     try {
       // meta.json last: until it goes, it still claims the old dataset's tokenizer files.
-      std::vector<fs::path> old_files = dataset_files(out);
       std::stable_partition(old_files.begin(), old_files.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
       for (const fs::path& p : old_files) {
         fs::rename(p, old_dir / p.filename());
@@ -839,7 +845,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["tokenizer_files"].push_back(name);
   }
   io::write_file_atomically((staging.path / "meta.json").string(), meta.dump(2) + "\n");
-  staging.commit(options.output_dir);
+  staging.commit(options.output_dir, options.overwrite);
   if (options.log) *options.log << report.to_string() << "\n";
   return report;
 }
