@@ -271,6 +271,36 @@ TEST(Packing, TooFewDocumentsIsAnError) {
   EXPECT_NE(msg.find("1 documents"), std::string::npos) << msg;
 }
 
+// Rows hold whole documents, so documents without a target (one token long, or a loss mask on their
+// first token only, which no token predicts) train nothing: refused, where every step of the run
+// logged "no trained targets" and it ended with exit 0 and its starting weights.
+TEST(Packing, DocumentsWithoutATargetAreAnError) {
+  const std::string dir = test::temp_dir("packing_no_targets");
+  ShardData first_only, one_token;
+  for (int d = 0; d < 20; ++d) {
+    first_only.document_starts.push_back(first_only.tokens.size());
+    for (int t = 0; t < 3; ++t) {
+      first_only.tokens.push_back(1 + t);
+      first_only.loss_mask.push_back(t == 0);
+    }
+    one_token.document_starts.push_back(one_token.tokens.size());
+    one_token.tokens.push_back(5);
+    one_token.loss_mask.push_back(1);
+  }
+  write_shard(dir + "/first_only.bin", first_only);
+  write_shard(dir + "/one_token.bin", one_token);
+  for (const char* name : {"first_only.bin", "one_token.bin"})
+    for (const PackingMode mode : {PackingMode::packed, PackingMode::padded}) {
+      const std::string msg = error_of([&] { DataLoader loader(loader_config(dir + "/" + name, 8, mode, 0, 0.1)); });
+      EXPECT_NE(msg.find(std::string("no training document of ") + dir + "/" + name + " has a target"), std::string::npos)
+          << msg;
+    }
+  // One token further into one training document is enough.
+  first_only.loss_mask[1] = 1;
+  write_shard(dir + "/one_target.bin", first_only);
+  EXPECT_NO_THROW(DataLoader(loader_config(dir + "/one_target.bin", 8, PackingMode::packed, 0, 0.1)));
+}
+
 TEST(Packing, AutoModeFollowsTheLossMaskAndMaskCanBeIgnored) {
   const std::string dir = test::temp_dir("packing_auto");
   const Corpus masked = make_corpus(20, 10, 3, true), plain = make_corpus(20, 10, 3, false);

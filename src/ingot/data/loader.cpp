@@ -214,13 +214,21 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
 }
 
 void DataLoader::plan_documents(double val_fraction) {
+  // Whether each document has a target: a token after its first (no token predicts a document's
+  // first) that the loss counts. Rows never cross documents, so data without one trains nothing.
+  std::vector<char> has_target;
   for (size_t s = 0; s < shards_.size(); ++s) {
     const auto starts = shards_[s].document_starts();
+    const auto mask = shards_[s].loss_mask();
+    const bool masked = use_loss_mask_ && shards_[s].has_loss_mask();
     for (size_t d = 0; d < starts.size(); ++d) {
       const int64_t end = d + 1 < starts.size() ? static_cast<int64_t>(starts[d + 1])
                                                 : shards_[s].num_tokens();
       documents_.push_back({shard_begin_[s] + static_cast<int64_t>(starts[d]),
                             end - static_cast<int64_t>(starts[d])});
+      bool target = end - static_cast<int64_t>(starts[d]) >= 2 && !masked;
+      for (int64_t i = static_cast<int64_t>(starts[d]) + 1; masked && !target && i < end; ++i) target = mask[size_t(i)] == 1;
+      has_target.push_back(target);
     }
   }
   const int64_t D = static_cast<int64_t>(documents_.size());
@@ -231,6 +239,10 @@ void DataLoader::plan_documents(double val_fraction) {
     fail("data: dataset too short for ", packing_mode_name(mode_), " batches: ", D,
          " documents in ", describe_files(files_), "; val_fraction ", val_fraction,
          " leaves none for training (needs at least ", num_val_docs + 1, " documents)");
+  if (std::none_of(has_target.begin(), has_target.begin() + num_train_docs_, [](char t) { return t != 0; }))
+    fail("data: no training document of ", describe_files(files_), " has a target for ", packing_mode_name(mode_),
+         " rows: each is one token long, or its loss mask marks only its first token, which no token predicts "
+         "(rows hold whole documents, so nothing would train); check how the data was prepared");
   const bool packed = mode_ == PackingMode::packed;
   val_plan_ = plan_rows(std::span(documents_).subspan(num_train_docs_), seq_len_, packed);
   num_val_ = val_plan_.num_rows();
