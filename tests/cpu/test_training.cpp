@@ -968,6 +968,24 @@ TEST_F(Training, NonFiniteWeightsAreNeverSaved) {
   EXPECT_FALSE(fs::exists(dir + "/checkpoint-4"));
 }
 
+// On resume metrics.jsonl keeps the records up to the checkpoint's step and drops a torn last line
+// (a crash mid-write); a damaged line with records after it stops the resume, naming it, where it
+// was dropped from the rewritten file without a word.
+TEST_F(Training, ResumeKeepsMetricsAndNamesADamagedLine) {
+  const std::string dir = root + "/metrics";
+  fs::create_directories(dir);
+  const std::string records = "{\"step\":1,\"loss\":3.0}\n{\"step\":2,\"loss\":2.5}\n{\"step\":3,\"loss\":2.0}\n";
+  write_file(dir + "/metrics.jsonl", records + "{\"step\":4,\"lo");
+  { ingot::MetricsLog resumed(dir, 2); }
+  const std::string kept = read_file(dir + "/metrics.jsonl");
+  EXPECT_NE(kept.find("\"step\":2"), std::string::npos) << kept;
+  EXPECT_EQ(kept.find("\"step\":3"), std::string::npos) << kept;
+  write_file(dir + "/metrics.jsonl", "{\"step\":1,\"loss\":3.0}\n{\"step\":2,\"lo\n" + records);
+  const std::string msg = ingot::test::error_of([&] { ingot::MetricsLog resumed(dir, 3); });
+  EXPECT_NE(msg.find(dir + "/metrics.jsonl line 2 is not a metrics record, and lines follow it"), std::string::npos) << msg;
+  EXPECT_NE(read_file(dir + "/metrics.jsonl").find("{\"step\":2,\"lo\n"), std::string::npos) << "left as it was";
+}
+
 // A full disk and a file-size limit are errors naming the file. metrics.jsonl's appends were
 // checked before the buffered line was written, so a full disk dropped the log silently; a write
 // past `ulimit -f` killed the process with SIGXFSZ and no message.
