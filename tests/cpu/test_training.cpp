@@ -597,6 +597,12 @@ TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
   EXPECT_NE(out.find("note: the train_data folders' meta.json files give different end-of-text ids ("), std::string::npos)
       << out;
   EXPECT_TRUE(nlohmann::json::parse(read_file(root + "/mixed/checkpoint-1/config.json")).at("eos_token_id").is_null());
+  // A dataset that lost the tokenizer.json its meta.json lists is named before step 1: checkpoints
+  // without it decoded as bytes, and generate printed garbage without a word.
+  fs::remove(root + "/d1/tokenizer.json");
+  EXPECT_NE(0, train(mixed, "lost", "--set output_dir=" + root + "/lost", &out));
+  EXPECT_NE(out.find(root + "/d1/meta.json lists the tokenizer file tokenizer.json the data was prepared with, and " +
+                     root + "/d1 no longer holds it"), std::string::npos) << out;
 }
 
 // Settings that quietly do less than they say get a line: a warm-up as long as the run (the peak

@@ -314,10 +314,20 @@ std::vector<std::string> companion_files(const TrainConfig& c, const std::vector
   std::vector<std::string> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
-  for (const fs::path& d : data_dirs)
+  for (const fs::path& d : data_dirs) {
+    const nlohmann::json meta = dataset_meta(d);
     // A byte-level dataset has no tokenizer files; one that sits beside it is not its tokenizer
     // (checkpoints carrying it could not generate: its vocabulary is not the model's).
-    if (dataset_meta(d).value("tokenizer", nlohmann::json()) != "byte") dirs.push_back(d);
+    if (meta.value("tokenizer", nlohmann::json()) == "byte") continue;
+    // Files the dataset was prepared with and has lost: checkpoints without its tokenizer.json
+    // decode as bytes, and generate printed garbage without a word.
+    for (const nlohmann::json& name : meta.value("tokenizer_files", nlohmann::json::array()))
+      if (name.is_string() && !fs::exists(d / name.get<std::string>()))
+        fail(c.source_of({"train_data"}), ": ", (d / "meta.json").string(), " lists the tokenizer file ",
+             name.get<std::string>(), " the data was prepared with, and ", d.string(), " no longer holds it; "
+             "checkpoints would carry no tokenizer. Copy it back from the tokenizer prepare used, or prepare again");
+    dirs.push_back(d);
+  }
   for (const fs::path& d : dirs)
     for (std::string& file : model_companion_files(d.string())) files.push_back(std::move(file));
   return files;
