@@ -277,6 +277,24 @@ TEST(MemoryPlan, Bf16GradsAndStateHalveTheirBytes) {
   EXPECT_EQ(bf16.activations, f32.activations);
 }
 
+// A plan past 2^63 bytes is named, not wrapped: sizes within every config.json limit at once with a
+// large batch gave a negative total, and the check against free memory passed it.
+TEST(MemoryPlan, SizesPastTwoToTheSixtyThreeBytesAreNamed) {
+  ModelConfig config = bench_preset("llama-3.2-1b");
+  config.hidden_size = 262144;
+  config.intermediate_size = 1048576;
+  config.num_attention_heads = config.num_key_value_heads = 4096;
+  config.head_dim = 4096;
+  config.num_hidden_layers = 4096;
+  const std::string msg = test::error_of(
+      [&] { estimate_training_memory(config, make_recipe("fp32", Device::cpu), Device::cpu, 4096, 2048); });
+  EXPECT_NE(msg.find("arena activations: the plan needs more than 2^63 bytes (at a f32 tensor of shape ("),
+            std::string::npos) << msg;
+  const TrainingMemory fits = estimate_training_memory(bench_preset("llama-3.2-1b"), make_recipe("fp32", Device::cpu),
+                                                       Device::cpu, 4, 4096);
+  EXPECT_GT(fits.total(), int64_t{10} << 30);
+}
+
 // How cuDNN's deterministic attention backward is split to fit a workspace limit (the arithmetic
 // of attention_cudnn.h; the CUDA test BackwardSplitsToFitTheWorkspaceLimit runs it): whole calls
 // while they fit, then fewer rows (divisors of B), then one row and fewer kv heads (divisors of Hkv),

@@ -39,8 +39,24 @@ void Arena::reserve(int64_t bytes) {
 }
 
 Tensor Arena::allocate(DType dtype, std::initializer_list<int64_t> shape) {
+  // Checked products: a plan for absurd sizes (every config.json limit at once, a huge batch) wrapped
+  // around to a negative total, and the memory check then passed it.
+  int64_t elements = 1, bytes = 0;
+  bool overflow = false;
+  for (const int64_t d : shape) overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
+  overflow = overflow || __builtin_mul_overflow(elements, int64_t(dtype_size(dtype)), &bytes) ||
+             __builtin_add_overflow(bytes, kAlignment - 1, &bytes) || __builtin_add_overflow(used_, bytes, &elements);
+  if (overflow) {
+    std::string dims;
+    for (const int64_t d : shape) {
+      if (!dims.empty()) dims += ',';
+      dims += std::to_string(d);
+    }
+    fail("arena ", category_, ": the plan needs more than 2^63 bytes (at a ", dtype_name(dtype), " tensor of shape (", dims,
+         ")), far beyond any device: check the model's sizes, micro_batch_size and sequence_len");
+  }
   Tensor t(nullptr, dtype, device_, shape);
-  const int64_t bytes = (t.bytes() + kAlignment - 1) / kAlignment * kAlignment;
+  bytes = bytes / kAlignment * kAlignment;
   if (base_) {
     INGOT_CHECK(used_ + bytes <= capacity_, "arena ", category_, " overflow: plan changed between passes");
     t.data = base_ + used_;
