@@ -1137,9 +1137,10 @@ TEST_F(Training, BrokenCompanionFilesStopTheRunBeforeStepOne) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
 }
 
-// A config.json whose sizes need more host memory than there is (a typo in intermediate_size) is
-// named; export printed "error: std::bad_alloc".
-TEST_F(Training, ExportNamesTheMemoryAConfigAsksFor) {
+// A config.json whose sizes disagree with the weights (a typo in intermediate_size) is named from
+// the headers, before any buffer of its size: export printed "error: std::bad_alloc", then (with the
+// allocation checked) the gigabytes it asked for; generate and train allocated the model first.
+TEST_F(Training, ExportNamesAConfigThatDisagreesWithTheWeights) {
   const std::string model = root + "/huge";
   fs::create_directories(model);
   fs::copy_file(ingot::test::source_dir() + "/tests/fixtures/llama/model.safetensors", model + "/model.safetensors");
@@ -1153,9 +1154,25 @@ TEST_F(Training, ExportNamesTheMemoryAConfigAsksFor) {
   write_file(model + "/config.json", config.dump());
   std::string out;
   EXPECT_NE(0, run_command("ulimit -v 4000000; " + cli() + " export " + model + " " + root + "/out", &out));
-  EXPECT_NE(out.find("export: out of host memory allocating"), std::string::npos) << out;
-  EXPECT_NE(out.find("parameters that " + model + "/config.json describes"), std::string::npos) << out;
+  EXPECT_NE(out.find(" has shape ("), std::string::npos) << out;
+  EXPECT_NE(out.find(" but config.json of " + model + " gives it ("), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/out"));
+}
+
+// So do train and generate, from a checkpoint whose config.json was edited.
+TEST_F(Training, TrainAndGenerateNameAConfigThatDisagreesWithTheWeights) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string model = root + "/run/checkpoint-1";
+  nlohmann::json config = nlohmann::json::parse(read_file(model + "/config.json"));
+  config["intermediate_size"] = 4096;
+  write_file(model + "/config.json", config.dump());
+  const std::string tiny = tiny_config(data, root + "/ft", 1, 0);
+  EXPECT_NE(0, train("model: " + model + "\n" + tiny.substr(tiny.find("train_data:")), "ft", "", &out));
+  EXPECT_NE(out.find("\"model.layers.0.mlp.gate_proj.weight\" in " + model + "/model.safetensors has shape (48,32) but "
+                     "config.json of " + model + " gives it (4096,32)"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " generate " + model + " --prompt a --max-new-tokens 1", &out));
+  EXPECT_NE(out.find("has shape (48,32) but config.json of " + model + " gives it (4096,32)"), std::string::npos) << out;
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {

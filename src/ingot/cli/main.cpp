@@ -193,6 +193,7 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   }
   Context ctx;
   const auto entries = plan_parameters(config);
+  io::check_hf_weights(dir, entries);  // before the host buffer of config.json's size
   // f32 on the host, whatever the dtype on disk; config.json's sizes set how much.
   std::vector<float> host;
   try {

@@ -71,6 +71,27 @@ void check_every_tensor_is_used(const SafeTensorsReader& reader, const std::stri
 
 }  // namespace
 
+void check_hf_weights(const std::string& path, const std::vector<ParamEntry>& entries) {
+  const SafeTensorsReader reader = SafeTensorsReader::open(path);
+  check_every_tensor_is_used(reader, path, entries);
+  for (const ParamEntry& e : entries)
+    for (const HfPiece& piece : e.pieces) {
+      if (!reader.contains(piece.hf_name))
+        fail("missing tensor \"", piece.hf_name, "\" in ", path, " (needed by config.json's architecture)");
+      std::vector<int64_t> expected{piece.row_end - piece.row_begin};
+      if (e.shape.size() > 1) expected.push_back(e.shape[1]);
+      const SafeTensorInfo& info = reader.get(piece.hf_name);
+      auto dims = [](const std::vector<int64_t>& shape) {
+        std::string text;
+        for (const int64_t d : shape) text += (text.empty() ? "(" : ",") + std::to_string(d);
+        return text + ")";
+      };
+      if (info.shape != expected)
+        fail("tensor \"", piece.hf_name, "\" in ", info.file, " has shape ", dims(info.shape), " but config.json of ",
+             path, " gives it ", dims(expected));
+    }
+}
+
 void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,
                      Tensor flat_weights) {
   const SafeTensorsReader reader = SafeTensorsReader::open(path);

@@ -14,6 +14,7 @@
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
+#include "ingot/model/parameters.h"
 #include "ingot/model/transformer.h"
 #include "ingot/train/checkpoint.h"
 #include "ingot/train/trainer.h"
@@ -131,6 +132,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   // Sampling needs no optimizer: on CUDA the bf16 weights alone, without f32 master copies.
   const bool cuda = ctx.device == Device::cuda;
   const Recipe recipe = make_recipe(cuda ? "bf16" : "fp32", ctx.device, {.master_weights = !cuda});
+  io::check_hf_weights(dir, plan_parameters(config));  // before the model is allocated
   Transformer model(config, recipe, ctx, 1, context, 1);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
   const std::vector<int64_t> stops = stop_ids(dir, config, *tokenizer);

@@ -25,6 +25,7 @@
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
+#include "ingot/model/parameters.h"
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/optim/lr_schedule.h"
@@ -589,6 +590,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
         << "): RoPE reaches past it, but a pretrained model has not seen those positions, and an export's "
            "config.json still says "
         << model_config.max_position_embeddings << "\n";
+  if (!c.model.empty()) io::check_hf_weights(c.model, plan_parameters(model_config));  // before anything is allocated
   check_memory_fits(memory, ctx, device.description(),
                     recipe.name == "bf16"
                         ? "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, "
