@@ -1159,6 +1159,19 @@ TEST_F(Training, ExportNamesAConfigThatDisagreesWithTheWeights) {
   EXPECT_FALSE(fs::exists(root + "/out"));
 }
 
+// prepare refuses a run's folder and a checkpoint, as export does: it wrote shards and meta.json
+// beside the weights.
+TEST_F(Training, PrepareRefusesARunsFolderAndACheckpoint) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  for (const std::string& target : {root + "/run", root + "/run/checkpoint-1"}) {
+    EXPECT_NE(0, run_command(cli() + " prepare " + root + "/text -o " + target + " --overwrite", &out));
+    EXPECT_NE(out.find("prepare: output directory " + target + " holds a training run or a checkpoint ("),
+              std::string::npos) << out;
+    EXPECT_FALSE(fs::exists(target + "/meta.json"));
+  }
+}
+
 // So do train and generate, from a checkpoint whose config.json was edited.
 TEST_F(Training, TrainAndGenerateNameAConfigThatDisagreesWithTheWeights) {
   std::string out;

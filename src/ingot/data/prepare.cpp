@@ -18,6 +18,7 @@
 #include <span>
 #include <sstream>
 
+#include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -239,6 +240,21 @@ fs::path check_output(const PrepareOptions& options) {
   for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
     outermost_new = p;
     if (p == p.root_path()) break;
+  }
+  // A training run's folder or a checkpoint: a dataset inside would make `model:` and `--resume`
+  // naming that folder read shards beside the weights (export refuses these too).
+  if (fs::is_directory(dir, ec)) {
+    if (directory_in_use(dir.string()))
+      fail("prepare: output directory ", dir.string(), " is the output_dir of an ingot run in progress; choose another");
+    std::string held;
+    for (const char* marker : {"metrics.jsonl", "trainer_state.json"})
+      if (held.empty() && fs::exists(dir / marker, ec)) held = marker;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+      if (held.empty() && entry.is_directory(ec) && entry.path().filename().string().starts_with("checkpoint-"))
+        held = entry.path().filename().string();
+    if (!held.empty())
+      fail("prepare: output directory ", dir.string(), " holds a training run or a checkpoint (", held,
+           "); choose another directory");
   }
   fs::create_directories(dir, ec);
   if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
