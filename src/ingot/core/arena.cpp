@@ -41,11 +41,11 @@ void Arena::reserve(int64_t bytes) {
 Tensor Arena::allocate(DType dtype, std::initializer_list<int64_t> shape) {
   // Checked products: a plan for absurd sizes (every config.json limit at once, a huge batch) wrapped
   // around to a negative total, and the memory check then passed it.
-  int64_t elements = 1, bytes = 0;
+  int64_t elements = 1, bytes = 0, used_after = 0;
   bool overflow = false;
   for (const int64_t d : shape) overflow = overflow || __builtin_mul_overflow(elements, d, &elements);
   overflow = overflow || __builtin_mul_overflow(elements, int64_t(dtype_size(dtype)), &bytes) ||
-             __builtin_add_overflow(bytes, kAlignment - 1, &bytes) || __builtin_add_overflow(used_, bytes, &elements);
+             __builtin_add_overflow(bytes, kAlignment - 1, &bytes) || __builtin_add_overflow(used_, bytes, &used_after);
   if (overflow) {
     std::string dims;
     for (const int64_t d : shape) {

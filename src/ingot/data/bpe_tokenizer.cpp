@@ -376,10 +376,10 @@ void load_post_processor(BpeTokenizerImpl& t, const json& node) {
         if (!id.is_number_integer())
           fail(t.path, ": post_processor's special token \"", name, "\" has a non-integer id ", io::json_brief(id));
         const int64_t wide = id.get<int64_t>();
-        ids.push_back(wide < 0 || wide >= t.vocab_size ? -1 : int32_t(wide));
-        if (ids.back() < 0)
+        if (wide < 0 || wide >= t.vocab_size)
           fail(t.path, ": post_processor's special token \"", name, "\" has id ", id.dump(), ", outside the vocabulary of ",
                t.vocab_size);
+        ids.push_back(static_cast<int32_t>(wide));
       }
     } else if (auto it = t.token_to_id.find(name); it != t.token_to_id.end()) {
       ids.push_back(it->second);

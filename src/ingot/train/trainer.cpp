@@ -322,7 +322,8 @@ std::vector<std::string> companion_files(const TrainConfig& c, const std::vector
     if (meta.value("tokenizer", nlohmann::json()) == "byte") continue;
     // Files the dataset was prepared with and has lost: checkpoints without its tokenizer.json
     // decode as bytes, and generate printed garbage without a word.
-    for (const nlohmann::json& name : meta.value("tokenizer_files", nlohmann::json::array()))
+    const nlohmann::json listed = meta.value("tokenizer_files", nlohmann::json::array());
+    for (const nlohmann::json& name : listed.is_array() ? listed : nlohmann::json::array())
       if (name.is_string() && !fs::exists(d / name.get<std::string>()))
         fail(c.source_of({"train_data"}), ": ", (d / "meta.json").string(), " lists the tokenizer file ",
              name.get<std::string>(), " the data was prepared with, and ", d.string(), " no longer holds it; "
