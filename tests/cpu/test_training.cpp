@@ -898,6 +898,32 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   }
 }
 
+// Starting weights near the float range (an embedding of +-3e38) give a finite loss and a NaN
+// gradient norm: named at that step, with the weights to blame; the update went ahead, and the next
+// step's NaN loss was blamed on the learning rate.
+TEST_F(Training, NonFiniteGradientNormIsNamedAtItsStep) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string model = root + "/run/checkpoint-1";
+  {
+    std::fstream f(model + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    const auto offsets = nlohmann::json::parse(header).at("model.embed_tokens.weight").at("data_offsets");
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes + offsets[0].get<uint64_t>()));
+    for (uint64_t i = offsets[0].get<uint64_t>(); i < offsets[1].get<uint64_t>(); i += 4) {
+      const float huge = (i / 4) % 2 ? 3e38f : -3e38f;
+      f.write(reinterpret_cast<const char*>(&huge), 4);
+    }
+  }
+  const std::string tiny = tiny_config(data, root + "/ft", 3, 0);
+  EXPECT_NE(0, train("model: " + model + "\n" + tiny.substr(tiny.find("train_data:")), "ft", "--set eval_steps=0", &out));
+  EXPECT_NE(out.find("nan at step 1 (loss "), std::string::npos) << out;
+  EXPECT_NE(out.find("at the first update: check the starting weights (" + model + ")"), std::string::npos) << out;
+}
+
 // Replacing something never loses it to a failed attempt: a train --overwrite that fails keeps
 // the old run, export refuses to write over the checkpoint it reads, a prepare --overwrite that
 // fails keeps the old dataset, and a damaged trainer_state.json is named on resume.

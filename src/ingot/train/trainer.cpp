@@ -822,6 +822,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
              c.model.empty() ? "init_std" : c.model, ") and the data");
       fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
     }
+    // A finite loss with a non-finite gradient norm: the clip scale is nan, so this step's update has
+    // made the weights non-finite, and the next loss would blame the learning rate.
+    if (!std::isfinite(res.grad_norm)) {
+      if (updates_finished == 0)
+        fail("the gradient norm is ", res.grad_norm, " at step ", info.step, " (loss ", loss, "), at the first update: "
+             "check the starting weights (", c.model.empty() ? "init_std" : c.model, "): values near the float range "
+             "overflow in the backward");
+      fail("the gradient norm is ", res.grad_norm, " at step ", info.step, " (loss ", loss,
+           "); lower learning_rate or max_grad_norm, or check the data");
+    }
     ++updates_finished;
     finish_step(info.step, info.lr, loss, res.grad_norm);
   };
