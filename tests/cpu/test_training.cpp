@@ -1118,6 +1118,10 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
   EXPECT_NE(out.find(checkpoint + "/generation_config.json: eos_token_id must be an integer or a list of integers"),
             std::string::npos) << out;
+  write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": 18446744073709551615}");  // was read as -1: none
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
+  EXPECT_NE(out.find("generation_config.json: eos_token_id 18446744073709551615 holds an id beyond any vocabulary"),
+            std::string::npos) << out;
   fs::remove(checkpoint + "/generation_config.json");
   write_file(checkpoint + "/tokenizer.json", "not a tokenizer");
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <filesystem>
 #include <numeric>
 #include <iostream>
@@ -77,6 +78,12 @@ static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& 
     const std::string file = generation_config.string();
     const nlohmann::json g = io::parse_json(io::read_text_file(file, "generation config"), file, "generation config");
     const nlohmann::json eos = g.is_object() ? g.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    // An id past int64 wrapped to a negative one, which is dropped below as "none".
+    auto too_large = [](const nlohmann::json& id) {
+      return id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+    };
+    if (too_large(eos) || (eos.is_array() && std::any_of(eos.begin(), eos.end(), too_large)))
+      fail(file, ": eos_token_id ", io::json_brief(eos), " holds an id beyond any vocabulary");
     if (eos.is_number_integer()) ids = {eos.get<int64_t>()};
     else if (eos.is_array() && std::all_of(eos.begin(), eos.end(), [](const auto& id) { return id.is_number_integer(); }))
       ids = eos.get<std::vector<int64_t>>();
