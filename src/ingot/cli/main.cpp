@@ -177,10 +177,8 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   // A training run's folder or a dataset's: an export beside them would make `model:` and
   // `train_data:` naming that folder mean something else.
   if (fs::is_directory(out_dir)) {
-    const std::vector<std::string> checkpoints = list_checkpoints(out_dir);
-    std::string held = checkpoints.empty() ? "" : fs::path(checkpoints.back()).filename().string();
-    for (const char* marker : {"metrics.jsonl", "trainer_state.json", "meta.json"})
-      if (held.empty() && fs::exists(fs::path(out_dir) / marker)) held = marker;
+    std::string held = training_output_marker(out_dir);
+    if (held.empty() && fs::exists(fs::path(out_dir) / "meta.json")) held = "meta.json";
     if (!held.empty())
       fail("export: ", out_dir, " holds a training run, a checkpoint or a dataset (", held, "); choose another output");
   }

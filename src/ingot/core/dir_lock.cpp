@@ -4,10 +4,12 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "ingot/core/error.h"
 
@@ -52,6 +54,40 @@ bool directory_in_use(const std::string& dir) {
   const bool busy = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);  // drops the shared lock if it was taken
   return busy;
+}
+
+namespace {
+int64_t checkpoint_step(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  const std::string prefix = "checkpoint-";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  const std::string digits = name.substr(prefix.size());
+  // 18 digits always fit an int64_t; Ingot never writes more, so a longer name is not one of its
+  // checkpoints, like any other name (it made std::stoll throw "stoll" before).
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+}  // namespace
+
+std::vector<std::string> list_checkpoints(const std::string& output_dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  if (fs::is_directory(output_dir))
+    for (const auto& entry : fs::directory_iterator(output_dir)) {
+      const int64_t step = checkpoint_step(entry.path());
+      if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
+    }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found) dirs.push_back(dir);
+  return dirs;
+}
+
+std::string training_output_marker(const std::string& dir) {
+  const std::vector<std::string> checkpoints = list_checkpoints(dir);
+  if (!checkpoints.empty()) return fs::path(checkpoints.back()).filename().string();
+  for (const char* marker : {"metrics.jsonl", "trainer_state.json"})
+    if (fs::exists(fs::path(dir) / marker)) return marker;
+  return "";
 }
 
 DirectoryLock::~DirectoryLock() {

@@ -241,18 +241,11 @@ fs::path check_output(const PrepareOptions& options) {
     outermost_new = p;
     if (p == p.root_path()) break;
   }
-  // A training run's folder or a checkpoint: a dataset inside would make `model:` and `--resume`
-  // naming that folder read shards beside the weights (export refuses these too).
+  // A training run's folder or a checkpoint (export refuses these too).
   if (fs::is_directory(dir, ec)) {
     if (directory_in_use(dir.string()))
       fail("prepare: output directory ", dir.string(), " is the output_dir of an ingot run in progress; choose another");
-    std::string held;
-    for (const char* marker : {"metrics.jsonl", "trainer_state.json"})
-      if (held.empty() && fs::exists(dir / marker, ec)) held = marker;
-    for (const auto& entry : fs::directory_iterator(dir, ec))
-      if (held.empty() && entry.is_directory(ec) && entry.path().filename().string().starts_with("checkpoint-"))
-        held = entry.path().filename().string();
-    if (!held.empty())
+    if (const std::string held = training_output_marker(dir.string()); !held.empty())
       fail("prepare: output directory ", dir.string(), " holds a training run or a checkpoint (", held,
            "); choose another directory");
   }

@@ -22,7 +22,10 @@ std::vector<std::string> model_companion_files(const std::string& dir) {
     std::error_code ec;
     if (!fs::exists(file, ec)) continue;
     const std::string text = io::read_text_file(file.string(), "companion file");  // a folder or FIFO is named here
-    if (file.extension() == ".json") (void)io::parse_json(text, file.string(), "companion file");
+    // Validity only: accept() builds no document (a tokenizer.json is megabytes, parsed again by
+    // whatever reads it); parse_json then names what is wrong.
+    if (file.extension() == ".json" && !nlohmann::json::accept(text))
+      (void)io::parse_json(text, file.string(), "companion file");
     files.push_back(file.string());
   }
   return files;
@@ -34,30 +37,6 @@ std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW
   copy_to_host(ctx, host.data(), source);
   *dtype = source.dtype;
   return host;
-}
-
-static int64_t checkpoint_step(const fs::path& dir) {
-  const std::string name = dir.filename().string();
-  const std::string prefix = "checkpoint-";
-  if (name.rfind(prefix, 0) != 0) return -1;
-  const std::string digits = name.substr(prefix.size());
-  // 18 digits always fit an int64_t; Ingot never writes more, so a longer name is not one of its
-  // checkpoints, like any other name (it made std::stoll throw "stoll" before).
-  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stoll(digits);
-}
-
-std::vector<std::string> list_checkpoints(const std::string& output_dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  if (fs::is_directory(output_dir))
-    for (const auto& entry : fs::directory_iterator(output_dir)) {
-      const int64_t step = checkpoint_step(entry.path());
-      if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
-    }
-  std::sort(found.begin(), found.end());
-  std::vector<std::string> dirs;
-  for (auto& [step, dir] : found) dirs.push_back(dir);
-  return dirs;
 }
 
 std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive) {

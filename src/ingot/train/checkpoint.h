@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/dir_lock.h"  // list_checkpoints
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 
@@ -43,8 +44,6 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
 // Restores weights, master weights and optimizer state; returns trainer_state.json.
 nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, Transformer& model,
                                AdamW& optimizer);
-// checkpoint-<step> directories under output_dir, oldest first.
-std::vector<std::string> list_checkpoints(const std::string& output_dir);
 // checkpoint-<step>.tmp-<pid> folders under output_dir left by a run killed while saving (such a
 // folder can hold gigabytes), removed; returns their paths. With `exclusive` (this process holds
 // output_dir's DirectoryLock) every such folder is stale; without it, the folder of a live process
