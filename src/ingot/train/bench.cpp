@@ -208,13 +208,17 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   if (ctx.device == Device::cuda) bytes += cuda::kCublasLtWorkspaceBytes + cuda::scratch_bytes(ctx.cuda);
 #endif
   r.peak_gib = static_cast<double>(bytes) / (1024.0 * 1024 * 1024);
+  // What the memory plan charged, beside what the run allocated: the plan is what refuses a run
+  // before step 1, so a gap between the two is worth seeing.
+  const double planned_gib = static_cast<double>(memory.total()) / (1024.0 * 1024 * 1024);
 
   if (o.json) {
     nlohmann::ordered_json j = {{"system", "ingot"}, {"model", o.model}, {"seq", T}, {"micro_batch", B},
                                 {"tokens_per_s", r.tokens_per_s},
                                 {"mfu", ctx.device == Device::cuda ? nlohmann::ordered_json(r.mfu) : nlohmann::ordered_json(nullptr)},
                                 {"step_ms", r.step_ms},
-                                {"peak_gib", r.peak_gib}, {"flops_per_token", r.flops_per_token},
+                                {"peak_gib", r.peak_gib}, {"planned_gib", planned_gib},
+                                {"flops_per_token", r.flops_per_token},
                                 {"device", device.description()}};
     if (packed) j["packed_doc_len"] = o.packed_doc_len;
 #ifdef INGOT_HAVE_CUDA
@@ -236,7 +240,8 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     log << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
         << rate << " tokens/s | ";
     if (ctx.device == Device::cuda) log << "MFU " << 100.0 * r.mfu << "% | ";
-    log << "memory " << format_bytes(static_cast<int64_t>(r.peak_gib * 1073741824.0)) << "\n";
+    log << "memory " << format_bytes(static_cast<int64_t>(r.peak_gib * 1073741824.0)) << " (planned "
+        << format_bytes(memory.total()) << ")\n";
   }
   return r;
 }
