@@ -295,6 +295,25 @@ TEST(MemoryPlan, SizesPastTwoToTheSixtyThreeBytesAreNamed) {
   EXPECT_GT(fits.total(), int64_t{10} << 30);
 }
 
+// The workspace the memory plan charges a cuDNN deterministic backward call: every figure that
+// tools/cudnn_workspace_probe.sh read from cuDNN 9.14 on an H200 (2026-12-02, docs/cuda.md), to
+// the byte as printed (a tenth of a MiB). The CUDA test CudnnBackwardWorkspaceIsWhatThePlanCharges
+// holds it to the cuDNN installed.
+TEST(MemoryPlan, CudnnBackwardPlanBytesAreWhatCudnnReported) {
+  struct Reported {
+    int64_t B, T, Hq, D;
+    double mib;
+  };
+  for (const Reported& r : {Reported{4, 4096, 32, 64, 4226.0}, Reported{1, 4096, 32, 64, 1056.5},
+                            Reported{1, 4096, 8, 64, 264.1}, Reported{1, 32768, 16, 64, 32898.0},
+                            Reported{1, 32768, 4, 64, 8224.5}, Reported{4, 4096, 16, 128, 2177.0},
+                            Reported{1, 4096, 8, 128, 272.1}}) {
+    const double mib = double(cuda::cudnn_backward_plan_bytes(r.B, r.T, r.Hq, r.D)) / (1 << 20);
+    EXPECT_NEAR(mib, r.mib, 0.05) << r.B << " x " << r.T << " x " << r.Hq << " heads of " << r.D;
+  }
+  EXPECT_EQ(cuda::cudnn_backward_plan_bytes(1, int64_t{1} << 40, 32, 64), std::numeric_limits<int64_t>::max());
+}
+
 // How cuDNN's deterministic attention backward is split to fit a workspace limit (the arithmetic
 // of attention_cudnn.h; the CUDA test BackwardSplitsToFitTheWorkspaceLimit runs it): whole calls
 // while they fit, then fewer rows (divisors of B), then one row and fewer kv heads (divisors of Hkv),

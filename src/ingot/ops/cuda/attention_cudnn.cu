@@ -98,11 +98,12 @@ int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv
                                  attention_mma_forward_scratch_bytes(B, T));
   // The fast variant keeps no T x T matrix and always runs as one call (attention_cudnn_backward),
   // whatever the limit: its f32 (B, Hq, T, D) dQ accumulator is its whole workspace.
-  if (attention_mode() == AttentionMode::cudnn_fast) return std::max(kernels, rows * D * 4 + (int64_t(16) << 20));
+  if (attention_mode() == AttentionMode::cudnn_fast) return std::max(kernels, rows * D * 4 + kCudnnWorkspaceMarginBytes);
   const CudnnBackwardSplit split = cudnn_backward_split(B, T, Hq, Hkv, cudnn_workspace_limit);
   if (!split.fits()) return kernels;
-  // One call's T x T matrices, room for a dQ accumulator and 16 MiB for the rest.
-  return std::max(kernels, split.workspace_bytes(T, Hq, Hkv) + rows * D * 4 + (int64_t(16) << 20));
+  // One slice's workspace: the slices run one after another in the same scratch.
+  return std::max(kernels, cudnn_backward_plan_bytes(split.rows, T, split.kv_heads * (Hq / Hkv), D) +
+                               kCudnnWorkspaceMarginBytes);
 }
 
 AttentionMode attention_mode() {
@@ -123,6 +124,7 @@ void check_attention_switches() {
 #ifndef INGOT_CUDA_USE_CUDNN
 
 bool attention_cudnn_compiled() { return false; }
+int64_t attention_cudnn_backward_workspace(Context&, int64_t, int64_t, int64_t, int64_t, int64_t) { return -1; }
 bool attention_cudnn_forward(Context&, Tensor, Tensor, Tensor, Tensor, int, int, double) { return false; }
 bool attention_cudnn_backward(Context&, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, int, int,
                               double) {
@@ -651,6 +653,16 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
     plan.plan = g.release_plan();
     plan.workspace_bytes = g.workspace_bytes();
     if (backward && variant == Variant::fast) plan.accum_bytes = s.B * s.Hq * s.T * s.D * int64_t(sizeof(float));
+    // The memory plan charged what cuDNN 9.14 asks for. A version that asks for more still runs
+    // (the scratch grows at the first, uncaptured step), but past the plan's check of free memory.
+    const int64_t charged = cudnn_backward_plan_bytes(s.B, s.T, s.Hq, s.D) + kCudnnWorkspaceMarginBytes;
+    if (backward && variant == Variant::deterministic && plan.workspace_bytes > charged)
+      std::fprintf(stderr,
+                   "ingot: warning: cuDNN %zu's attention backward (%s) asks for %.1f MiB of workspace, more than "
+                   "the %.1f MiB the memory plan charged it (measured with cuDNN 9.14): a run that the plan "
+                   "barely fits may run out of device memory at its first step\n",
+                   size_t(cudnnGetVersion()), s.describe().c_str(), double(plan.workspace_bytes) / (1 << 20),
+                   double(charged) / (1 << 20));
   } else {
     std::fprintf(stderr,
                  "ingot: cuDNN attention %s (%s%s) unavailable, using %s: %s\n",
@@ -721,6 +733,13 @@ Geometry geometry_of(const Tensor& qkv, int n_q_heads, int n_kv_heads) {
 }
 
 }  // namespace
+
+int64_t attention_cudnn_backward_workspace(Context& ctx, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D) {
+  CudaState& state = state_of(ctx, "attention_cudnn_backward_workspace");
+  cudnnHandle_t handle = nullptr;
+  const Plan& plan = plan_for(state, true, Geometry{B, T, Hq, Hkv, D}, Variant::deterministic, &handle);
+  return plan.plan ? plan.workspace_bytes : -1;
+}
 
 bool attention_cudnn_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,
                              int n_q_heads, int n_kv_heads, double scale) {

@@ -52,6 +52,10 @@ void check_attention_switches();
 const char* attention_last_path();
 void attention_set_last_path(const char* path);
 bool attention_cudnn_compiled();
+// The workspace cuDNN's deterministic backward plan for one call over (B, T, Hq, Hkv, D) reports
+// (building the plan if it is new; not during graph capture), or -1 where cuDNN does not take the
+// shape: how the tests hold cudnn_backward_plan_bytes to the cuDNN that is installed.
+int64_t attention_cudnn_backward_workspace(Context& ctx, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D);
 
 // cuDNN's deterministic backward keeps a B x Hq x T x T bf16 matrix in its workspace (measured in
 // cuDNN 9.14): 4 GiB at 4 x 4096 x 32 heads, 64 GiB at 1 x 32768. Batch rows and kv-head groups are
@@ -116,6 +120,20 @@ inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq,
   return kv_heads > 0 ? CudnnBackwardSplit{1, kv_heads} : CudnnBackwardSplit{};
 }
 
+// The whole workspace cuDNN's deterministic backward plan reports for a (B, T, Hq) slice of head
+// size D: the T x T bf16 matrix above, an f32 dQ accumulator (B, Hq, T, D) and one f32 a query
+// row. Exact for every shape tools/cudnn_workspace_probe.sh measured with cuDNN 9.14 on an H200
+// (2026-12-02; docs/cuda.md), from 264.1 MiB at 1 x 4096 x 8 heads of 64 to 32898.0 MiB at
+// 1 x 32768 x 16. The memory plan charges this plus kCudnnWorkspaceMarginBytes, and a plan that
+// asks for more says so when it is built (attention_cudnn.cu). Saturates as above.
+inline int64_t cudnn_backward_plan_bytes(int64_t B, int64_t T, int64_t Hq, int64_t D) {
+  const double per_row = 2.0 * double(T) + 4.0 * double(D) + 4.0;
+  if (double(B) * double(Hq) * double(T) * per_row >= 9.2e18) return std::numeric_limits<int64_t>::max();
+  return B * Hq * T * (2 * T + 4 * D + 4);
+}
+// Room the memory plan leaves beside cuDNN's workspace for what another cuDNN version may add.
+constexpr int64_t kCudnnWorkspaceMarginBytes = int64_t{16} << 20;
+
 // Every distinct slicing of a (B, T, Hq, Hkv) backward, the one call first, then by workspace down
 // to one row's one kv-head group: what a memory plan can choose from.
 inline std::vector<CudnnBackwardSplit> cudnn_backward_splits(int64_t B, int64_t T, int64_t Hq, int64_t Hkv) {
@@ -132,10 +150,11 @@ inline std::vector<CudnnBackwardSplit> cudnn_backward_splits(int64_t B, int64_t 
 
 // Scratch bytes an attention step over (B, T) rows of Hq query and Hkv kv heads of size D needs at
 // most, for the memory plan before anything is allocated. Whole rows whose backward takes cuDNN
-// with its workspace within cudnn_workspace_limit (cudnn_backward_split): above all that
-// workspace (4226 MiB measured at 4 x 4096 x 32 heads of 64 in one call, where this gives 4240
-// MiB). Otherwise (whole rows on the tensor-core backward, or packed rows): the documents
-// forward's table and dense stats, or the tensor-core backward's delta, whichever is larger.
+// with its workspace within cudnn_workspace_limit (cudnn_backward_split): above all one slice's
+// cudnn_backward_plan_bytes and the margin (4226 MiB measured at 4 x 4096 x 32 heads of 64 in one
+// call, where this gives 4242 MiB). Otherwise (whole rows on the tensor-core backward, or packed
+// rows): the documents forward's table and dense stats, or the tensor-core backward's delta,
+// whichever is larger.
 // bf16 false (the fp32 recipe): neither cuDNN nor the tensor-core kernels run, only the kernels' delta.
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
                                    bool bf16, int64_t cudnn_workspace_limit);
