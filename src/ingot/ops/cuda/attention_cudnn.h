@@ -121,15 +121,18 @@ inline CudnnBackwardSplit cudnn_backward_split(int64_t B, int64_t T, int64_t Hq,
 }
 
 // The whole workspace cuDNN's deterministic backward plan reports for a (B, T, Hq) slice of head
-// size D: the T x T bf16 matrix above, an f32 dQ accumulator (B, Hq, T, D) and one f32 a query
-// row. Exact for every shape tools/cudnn_workspace_probe.sh measured with cuDNN 9.14 on an H200
-// (2026-12-02; docs/cuda.md), from 264.1 MiB at 1 x 4096 x 8 heads of 64 to 32898.0 MiB at
-// 1 x 32768 x 16. The memory plan charges this plus kCudnnWorkspaceMarginBytes, and a plan that
-// asks for more says so when it is built (attention_cudnn.cu). Saturates as above.
+// size D: the T x T bf16 matrix above, its sides padded to multiples of 64 and 128, an f32 dQ
+// accumulator (B, Hq, T, D) and one f32 a query row. Within a kilobyte of every workspace
+// tools/cudnn_workspace_probe.sh and CudaMemoryPlan.CudnnBackwardWorkspaceIsWhatThePlanCharges
+// read from cuDNN 9.14 on an H200 (2026-12-02; docs/cuda.md), from 60 MiB at 2 x 1000 x 14 heads
+// of 64 to 32898.0 MiB at 1 x 32768 x 16. The memory plan charges this plus
+// kCudnnWorkspaceMarginBytes, and a plan that asks for more says so when it is built
+// (attention_cudnn.cu). Saturates as above.
 inline int64_t cudnn_backward_plan_bytes(int64_t B, int64_t T, int64_t Hq, int64_t D) {
-  const double per_row = 2.0 * double(T) + 4.0 * double(D) + 4.0;
-  if (double(B) * double(Hq) * double(T) * per_row >= 9.2e18) return std::numeric_limits<int64_t>::max();
-  return B * Hq * T * (2 * T + 4 * D + 4);
+  const int64_t T64 = (T + 63) / 64 * 64, T128 = (T + 127) / 128 * 128;
+  const double per_head = 2.0 * double(T64) * double(T128) + double(T) * (4.0 * double(D) + 4.0);
+  if (double(B) * double(Hq) * per_head >= 9.2e18) return std::numeric_limits<int64_t>::max();
+  return B * Hq * (2 * T64 * T128 + T * (4 * D + 4));
 }
 // Room the memory plan leaves beside cuDNN's workspace for what another cuDNN version may add.
 constexpr int64_t kCudnnWorkspaceMarginBytes = int64_t{16} << 20;
