@@ -223,6 +223,38 @@ TEST(DataLoader, TokenOutsideVocabNamesFileIndexValue) {
   EXPECT_NE(msg.find("257"), std::string::npos) << msg;
 }
 
+// A shard whose ids run past the vocabulary its own header records is damaged, even where the
+// model's larger vocabulary would take them (it used to train on them).
+TEST(DataLoader, TokenOutsideTheShardsOwnVocabIsRefused) {
+  const std::string dir = test::temp_dir("loader_shard_vocab");
+  const std::string path = dir + "/train-00000.bin";
+  write_shard(path, {{1, 2, 3, 4, 5, 6, 300, 8, 9, 10}, {0}, {}, 1000, 2});
+  {  // the header now says 257, which id 300 is past (the writer refuses to write such a shard)
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const uint32_t vocab = 257;
+    f.seekp(36);
+    f.write(reinterpret_cast<const char*>(&vocab), 4);
+  }
+  DataLoaderConfig c;
+  c.paths = {dir};
+  c.seq_len = 4;
+  c.vocab_size = 1024;
+  const std::string msg = error_of([&] { DataLoader loader(c); });
+  EXPECT_NE(msg.find("data: shard " + path + ": token id 300 at token index 6 is not below the vocabulary of 257 its "
+                     "header records"),
+            std::string::npos)
+      << msg;
+  c.vocab_size = 280;  // past the model's too: that is the message
+  const std::string model_msg = error_of([&] { DataLoader loader(c); });
+  EXPECT_NE(model_msg.find("is not below the model's vocab size 280; the shard was written for a vocabulary of 257"),
+            std::string::npos)
+      << model_msg;
+  c.vocab_size = 256;  // below the shard's own: the model's bound comes first
+  const std::string small_msg = error_of([&] { DataLoader loader(c); });
+  EXPECT_NE(small_msg.find("token id 300 at token index 6 is not below the model's vocab size 256"), std::string::npos)
+      << small_msg;
+}
+
 // Shards from two tokenizers (bad-input review of 2026-12-01: a byte-level and a BPE dataset trained
 // together with exit 0). A shard that records no vocabulary (0) mixes with either.
 TEST(DataLoader, RefusesShardsOfTwoTokenizers) {

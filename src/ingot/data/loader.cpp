@@ -158,7 +158,15 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
       fail("data: shard ", file, " was written by a tokenizer of vocabulary ", shard.vocab_size(), ", shard ",
            first_vocab_file, " by one of vocabulary ", first_vocab, ": train_data must come from one tokenizer");
     }
-    const int64_t bad = shard.find_token_at_least(static_cast<uint64_t>(config.vocab_size));
+    // One pass for both bounds: the model's vocabulary, and the one the shard records (an id past
+    // that is a damaged shard, even where the model's embedding would take it).
+    const bool shard_bound = shard.vocab_size() != 0 && shard.vocab_size() < config.vocab_size;
+    const int64_t bound = shard_bound ? int64_t(shard.vocab_size()) : config.vocab_size;
+    const int64_t bad = shard.find_token_at_least(static_cast<uint64_t>(bound));
+    if (bad >= 0 && shard.token(bad) < uint64_t(config.vocab_size))
+      fail("data: shard ", file, ": token id ", shard.token(bad), " at token index ", bad,
+           " is not below the vocabulary of ", shard.vocab_size(), " its header records: the shard is damaged, "
+           "or was not written by ingot prepare; prepare it again");
     if (bad >= 0) {
       std::ostringstream note;
       if (shard.vocab_size())
