@@ -679,6 +679,15 @@ TEST_F(Training, ResumeRefusesAnotherArchitecture) {
                      "/run/checkpoint-2/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3"));
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
+  // A change of shape is named the same way (the first key that differs, in name order: hidden_size
+  // changes head_dim too). It failed as the weights loaded: a shape mismatch in model.safetensors
+  // that told the user to move the newest checkpoint out.
+  std::string wider = tiny_config(data, root + "/run", 4, 0);
+  wider.replace(wider.find("hidden_size: 32"), 15, "hidden_size: 64");
+  EXPECT_NE(0, train(wider, "wider", "--resume", &out));
+  EXPECT_NE(out.find("wider.yaml: --resume: head_dim is 16 in this run's model but 8 in " + root +
+                     "/run/checkpoint-3/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
+  EXPECT_EQ(out.find("move"), std::string::npos) << out;
 }
 
 // A trainer_state.json text field or a metrics.jsonl value of the wrong type is named with its file

@@ -635,6 +635,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       if (fs::weakly_canonical(checkpoints[i], ec) == fs::weakly_canonical(c.model, ec))
         fail(c.source_of({"model"}), ": --resume continues from the run's newest checkpoint, ", dir, ", not from model ",
              c.model, "; to go back to ", checkpoints[i], ", move the checkpoints after it out of ", c.output_dir);
+    // The architecture before the weights: a changed hidden_size would otherwise fail as a shape
+    // mismatch that blames the checkpoint and points at the one before it.
+    check_same_architecture(dir, model_config, c);
     nlohmann::json state;
     try {
       state = load_resume_checkpoint(dir, ctx, model, optimizer);
@@ -645,7 +648,6 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
            " out of ", c.output_dir, ")");
     }
-    check_same_architecture(dir, model_config, c);
     loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
     log << "resumed from " << dir << " at step " << start_step << "\n";
