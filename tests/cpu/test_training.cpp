@@ -1729,3 +1729,24 @@ void Training::run_chat_sft(const std::string& tokenizer, const std::string& mod
                                "' --max-new-tokens 1 --temperature 0 --no-special-tokens", &out)) << out;
   EXPECT_NE(out.find("warning: the prompt is " + std::to_string(bpe.encode(prompt).size()) + " tokens"), std::string::npos) << out;
 }
+
+// Paths that the file system refuses to look at (here a name past NAME_MAX; unreadable folders
+// when not root) are named with their setting and the system's reason. They ended the run as a
+// bare "filesystem error", and a train_data file that is no shard did not name the config.
+TEST_F(Training, UnusablePathsNameTheirSetting) {
+  const std::string long_name(300, 'x');
+  std::string out;
+  EXPECT_NE(0, train(tiny_config(data, root + "/" + long_name, 2, 0), "long_out", "", &out));
+  EXPECT_NE(out.find("long_out.yaml: cannot use output_dir " + root + "/" + long_name +
+                     ": File name too long"), std::string::npos) << out;
+  std::string config = tiny_config(data, root + "/run", 2, 0);
+  config += "model: " + root + "/" + long_name + "\n";
+  config.erase(config.find("model_config:"), config.find("train_data:") - config.find("model_config:"));
+  EXPECT_NE(0, train(config, "long_model", "", &out));
+  EXPECT_NE(out.find("cannot read model or checkpoint " + root + "/" + long_name + ": File name too long"),
+            std::string::npos) << out;
+  // A file that is no shard, named as train_data: the error says which setting listed it.
+  EXPECT_NE(0, train(tiny_config(root + "/long_model.yaml", root + "/run", 2, 0), "not_a_shard", "", &out));
+  EXPECT_EQ(out.find("error: " + root + "/not_a_shard.yaml: shard " + root + "/long_model.yaml: bad magic"), 0u) << out;
+  EXPECT_FALSE(fs::exists(root + "/run"));
+}

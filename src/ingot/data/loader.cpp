@@ -95,9 +95,12 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       ::globfree(&g);
       INGOT_CHECK(!found.empty(), "data: no shard files match ", spec);
     } else if (fs::is_directory(spec, ec)) {
-      for (const auto& entry : fs::directory_iterator(spec))
-        if (entry.path().extension() == ".bin" && entry.is_regular_file())
-          found.push_back(entry.path().string());
+      // Without throwing: an unreadable folder is named here, not as a bare filesystem error.
+      fs::directory_iterator it(spec, ec);
+      for (; !ec && it != fs::directory_iterator(); it.increment(ec))
+        if (it->path().extension() == ".bin" && it->is_regular_file(ec))
+          found.push_back(it->path().string());
+      if (ec) fail("data: cannot list directory ", spec, ": ", ec.message());
       INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
       std::sort(found.begin(), found.end());
       check_against_meta(spec, found);

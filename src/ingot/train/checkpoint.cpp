@@ -56,11 +56,19 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
 }
 
 std::string resolve_model_dir(const std::string& path) {
-  if (!fs::exists(path)) fail("no such model or checkpoint: ", path);
+  std::error_code ec;
+  const fs::file_status status = fs::status(path, ec);
+  if (!fs::exists(status)) {
+    if (ec && ec != std::errc::no_such_file_or_directory) fail("cannot read model or checkpoint ", path, ": ", ec.message());
+    fail("no such model or checkpoint: ", path);
+  }
   // A file (model.safetensors, config.json) was read as a folder's config.json or shard index.
-  if (!fs::is_directory(path))
+  if (!fs::is_directory(status))
     fail(path, " is a file; give the directory that holds config.json and the weights (or a run's output_dir)");
-  if (fs::exists(fs::path(path) / "config.json")) return path;
+  const fs::path config = fs::path(path) / "config.json";
+  const bool has_config = fs::exists(config, ec);
+  if (ec) fail("cannot read model or checkpoint ", path, ": ", ec.message(), " (", config.string(), ")");
+  if (has_config) return path;
   const auto checkpoints = list_checkpoints(path);
   if (checkpoints.empty()) fail(path, " holds neither config.json nor checkpoint-* directories");
   return checkpoints.back();

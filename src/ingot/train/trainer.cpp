@@ -162,9 +162,13 @@ std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
 
 // Checks before output_dir is created (by its lock): a file in its place, nothing to resume.
 void check_output_dir(const TrainConfig& c, const TrainOptions& o) {
-  if (fs::exists(c.output_dir) && !fs::is_directory(c.output_dir))
+  std::error_code ec;
+  const fs::file_status status = fs::status(c.output_dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    fail(c.source_of({"output_dir"}), ": cannot use output_dir ", c.output_dir, ": ", ec.message());
+  if (fs::exists(status) && !fs::is_directory(status))
     fail("output_dir ", c.output_dir, " exists and is not a directory");
-  if (o.resume && !fs::exists(c.output_dir))
+  if (o.resume && !fs::exists(status))
     fail("--resume: output_dir ", c.output_dir, " does not exist");
 }
 
@@ -536,10 +540,10 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   data_config.vocab_size = model_config.vocab_size;
   data_config.val_fraction = c.val_fraction;
   data_config.seed = c.seed;
-  data_config.packing = data::resolve_packing_mode(c.packing, c.train_data);
   data_config.use_loss_mask = !c.train_on_inputs;
   std::optional<data::DataLoader> loader_or;
   try {
+    data_config.packing = data::resolve_packing_mode(c.packing, c.train_data);  // opens the shards
     loader_or.emplace(data_config);
   } catch (const Error& e) {
     fail_naming_train_data(c, e);
