@@ -78,6 +78,14 @@ TEST(TrainConfig, InlineModelConfig) {
   EXPECT_EQ(m.architecture, Architecture::qwen3);
   EXPECT_EQ(m.head_dim, 16);
   EXPECT_TRUE(m.qk_norm);
+  // A value that is not UTF-8 is named by the key's own check (it was a bare JSON library error).
+  const TrainConfig latin1 = parse_train_config("model_config:\n  model_type: \"qwen\xe9\"\n  vocab_size: 64\ntrain_data: d\n", "x.yaml");
+  try {
+    resolve_model_config(latin1);
+    ADD_FAILURE() << "model_type \"qwen\\xe9\" was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown model_type \"qwen\xef\xbf\xbd\" in x.yaml"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TrainConfig, ErrorsNameKeyAndValue) {

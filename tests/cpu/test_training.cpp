@@ -1750,3 +1750,14 @@ TEST_F(Training, UnusablePathsNameTheirSetting) {
   EXPECT_EQ(out.find("error: " + root + "/not_a_shard.yaml: shard " + root + "/long_model.yaml: bad magic"), 0u) << out;
   EXPECT_FALSE(fs::exists(root + "/run"));
 }
+
+// A config file whose name is not UTF-8 (Latin-1 bytes) trains, saves and resumes: the first save
+// failed after the training on a JSON library error naming no file ("invalid UTF-8 byte").
+TEST_F(Training, ConfigNamedInLatin1SavesAndResumes) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "caf\xe9", "", &out)) << out;
+  const std::string state = read_file(root + "/run/checkpoint-2/trainer_state.json");
+  EXPECT_NE(state.find("/caf\xef\xbf\xbd.yaml\",\n"), std::string::npos) << state;  // U+FFFD for the byte
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "caf\xe9", "--resume", &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-3"));
+}

@@ -95,6 +95,10 @@ void append_brief(const nlohmann::json& value, int depth, std::string& out) {
 
 }  // namespace
 
+std::string dump_json(const nlohmann::json& value, int indent) {
+  return value.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string json_brief(const nlohmann::json& value) {
   std::string text;
   try {

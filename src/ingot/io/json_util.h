@@ -33,6 +33,10 @@ std::string json_error_text(const nlohmann::json::exception& e);
 // Short rendering of a value for error messages ("abc" -> "\"abc\"", long arrays clipped).
 std::string json_brief(const nlohmann::json& value);
 
+// value.dump(indent), with bytes that are not UTF-8 written as U+FFFD instead of throwing: strings
+// that hold paths (a config file named in Latin-1) must not fail a checkpoint after the training.
+std::string dump_json(const nlohmann::json& value, int indent = -1);
+
 // Human name of a JSON type for error messages: "string", "integer", "array", ...
 std::string json_type_name(const nlohmann::json& value);
 

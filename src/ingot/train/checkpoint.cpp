@@ -122,7 +122,7 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   io::write_safetensors((tmp_dir / "optimizer.safetensors").string(),
                         {{"exp_avg", Tensor(m.data(), state, Device::cpu, {P}), state},
                          {"exp_avg_sq", Tensor(v.data(), state, Device::cpu, {P}), state}});
-  io::write_file_atomically((tmp_dir / "trainer_state.json").string(), contents.trainer_state.dump(2) + "\n");
+  io::write_file_atomically((tmp_dir / "trainer_state.json").string(), io::dump_json(contents.trainer_state, 2) + "\n");
   for (const std::string& file : extra_files)
     if (fs::exists(file)) fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
 

@@ -224,7 +224,7 @@ std::map<std::string, Setter> make_setters() {
       for (const auto& [key, value] : config.items())
         if (value.is_null() && !nullable.contains(key))
           fail(where, ": model_config key \"", key, "\" has no value; remove the key to take its default");
-      c.model_config = config.dump();
+      c.model_config = io::dump_json(config);  // a value that is not UTF-8 is then named by its check
       c.model_config_inline = true;
     } else {
       c.model_config = scalar_as<std::string>(n, "model_config", where, "a path or a mapping");
