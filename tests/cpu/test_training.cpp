@@ -1761,3 +1761,29 @@ TEST_F(Training, ConfigNamedInLatin1SavesAndResumes) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "caf\xe9", "--resume", &out)) << out;
   EXPECT_TRUE(fs::exists(root + "/run/checkpoint-3"));
 }
+
+// output_dir may not be the file system's root, the training data's folder or the model's (a review
+// of 2026-12-02: each trained, writing checkpoints among the shards or the model's files, and a
+// model folder then resolved to the run's newest checkpoint instead of its own weights).
+TEST_F(Training, OutputDirIsARunsOwnFolder) {
+  std::string out;
+  EXPECT_NE(0, train(tiny_config(data, data, 2, 0), "into_data", "", &out));
+  EXPECT_NE(out.find("into_data.yaml: output_dir " + data + " is the folder of the training data"), std::string::npos) << out;
+  // With --resume, so that a regression stops at "no checkpoint to resume" rather than train into /.
+  EXPECT_NE(0, train(tiny_config(data, "/", 2, 0), "into_root", "--resume", &out));
+  EXPECT_NE(out.find("into_root.yaml: output_dir / is the file system's root"), std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "", &out)) << out;
+  fs::copy(root + "/run/checkpoint-2", root + "/model");
+  std::string config = tiny_config(data, root + "/model/", 2, 0);
+  config.erase(config.find("model_config:"), config.find("train_data:") - config.find("model_config:"));
+  config += "model: " + root + "/model\n";
+  EXPECT_NE(0, train(config, "into_model", "", &out));
+  EXPECT_NE(out.find("into_model.yaml: output_dir " + root + "/model/ is the folder of model " + root + "/model"),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(data + "/metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(root + "/model/metrics.jsonl"));
+  // Beside them, the same model trains.
+  const std::string into_model = "output_dir: " + root + "/model/";
+  config.replace(config.find(into_model), into_model.size(), "output_dir: " + root + "/tuned");
+  EXPECT_EQ(0, train(config, "tuned", "", &out)) << out;
+}

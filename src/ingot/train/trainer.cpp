@@ -160,12 +160,29 @@ std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
   return found;
 }
 
-// Checks before output_dir is created (by its lock): a file in its place, nothing to resume.
-void check_output_dir(const TrainConfig& c, const TrainOptions& o) {
+// Checks before output_dir is created (by its lock): a file in its place, nothing to resume, a
+// folder that is the file system's root, the model's or the training data's (checkpoints there
+// mix with what the folder holds; a model folder would then resolve to its newest checkpoint).
+void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::vector<fs::path>& data_dirs) {
   std::error_code ec;
   const fs::file_status status = fs::status(c.output_dir, ec);
   if (ec && ec != std::errc::no_such_file_or_directory)
     fail(c.source_of({"output_dir"}), ": cannot use output_dir ", c.output_dir, ": ", ec.message());
+  const fs::path out = fs::weakly_canonical(fs::absolute(c.output_dir, ec), ec);
+  if (!ec && out == out.root_path())
+    fail(c.source_of({"output_dir"}), ": output_dir ", c.output_dir, " is the file system's root; give the run a folder of its own");
+  auto same = [&](const fs::path& other) {
+    std::error_code other_ec;
+    const fs::path resolved = fs::weakly_canonical(fs::absolute(other, other_ec), other_ec);
+    return !ec && !other_ec && resolved == out;
+  };
+  for (const fs::path& d : data_dirs)
+    if (same(d))
+      fail(c.source_of({"output_dir", "train_data"}), ": output_dir ", c.output_dir, " is the folder of the training data (",
+           d.string(), "); give the run a folder of its own");
+  if (!c.model.empty() && !o.resume && same(c.model) && fs::exists(fs::path(c.model) / "config.json", ec))
+    fail(c.source_of({"output_dir", "model"}), ": output_dir ", c.output_dir, " is the folder of model ", c.model,
+         "; give the run a folder of its own (the model's folder would then resolve to the run's newest checkpoint)");
   if (fs::exists(status) && !fs::is_directory(status))
     fail("output_dir ", c.output_dir, " exists and is not a directory");
   if (o.resume && !fs::exists(status))
@@ -554,7 +571,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
-  check_output_dir(c, options);
+  check_output_dir(c, options, data_dirs);
   const DirectoryLock lock(c.output_dir);
   if (!lock.warning().empty()) log << "warning: " << lock.warning() << "\n";
   // Before the checks that may refuse the run: the note tells where an older run went.
