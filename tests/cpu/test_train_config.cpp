@@ -113,6 +113,10 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
             std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "per_device_train_batch_size: 8\n").find("Ingot's key is micro_batch_size"),
             std::string::npos);
+  // A value of two YAML documents is refused, as a file of two is (the second was dropped).
+  EXPECT_NE(message(std::string(kMinimal), {"max_steps=2\n---\n5"})
+                .find("--set max_steps: the value holds 2 YAML documents (separated by ---); give one value"),
+            std::string::npos);
   EXPECT_NE(message(std::string(kMinimal), {"lr=1e-3"}).find("--set lr=1e-3: unknown key \"lr\"; Ingot's key is learning_rate"),
             std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "micro_batch_size: many\n").find("micro_batch_size"), std::string::npos);

@@ -404,7 +404,11 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::string& 
     const std::string key = override_text.substr(0, eq);
     YAML::Node value;
     try {
-      value = YAML::Load(override_text.substr(eq + 1));
+      // As the file: one document (Load kept the first of "2\n---\n5" and dropped the rest).
+      const std::vector<YAML::Node> documents = YAML::LoadAll(override_text.substr(eq + 1));
+      if (documents.size() > 1)
+        fail("--set ", key, ": the value holds ", documents.size(), " YAML documents (separated by ---); give one value");
+      if (!documents.empty()) value = documents.front();
     } catch (const YAML::ParserException& e) {
       fail("--set ", key, ": cannot parse value \"", override_text.substr(eq + 1), "\": ", e.msg);
     }
