@@ -113,6 +113,14 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
             std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "per_device_train_batch_size: 8\n").find("Ingot's key is micro_batch_size"),
             std::string::npos);
+  // Paths with a control character: a NUL, a newline kept by a block scalar.
+  EXPECT_NE(message(std::string(kMinimal) + "output_dir: \"runs/a\\0junk\"\n")
+                .find("bad.yaml: key \"output_dir\": the path holds a control character (byte 0) at offset 6"),
+            std::string::npos);
+  EXPECT_NE(message("train_data: [ok, \"d\\n\"]\n").find("key \"train_data\": the path holds a control character (byte 10)"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "model: |\n  models/base\n").find("key \"model\": the path holds a control"),
+            std::string::npos);
   // A value of two YAML documents is refused, as a file of two is (the second was dropped).
   EXPECT_NE(message(std::string(kMinimal), {"max_steps=2\n---\n5"})
                 .find("--set max_steps: the value holds 2 YAML documents (separated by ---); give one value"),

@@ -183,6 +183,21 @@ std::map<std::string, Setter> make_setters() {
       c.*field = scalar_as<std::string>(n, key, where, "a string");
     }};
   };
+  // A path with a control character (a NUL cut "dir\0junk" to "dir" in the system calls; a newline
+  // from a YAML block scalar made a folder named "dir\n") is a mistake in the config.
+  auto path_of = [](const YAML::Node& n, const char* key, const std::string& where, const char* expected) {
+    std::string value = scalar_as<std::string>(n, key, where, expected);
+    for (size_t i = 0; i < value.size(); ++i)
+      if (static_cast<unsigned char>(value[i]) < 0x20 || value[i] == 0x7f)
+        fail(where, ": key \"", key, "\": the path holds a control character (byte ", int(static_cast<unsigned char>(value[i])),
+             ") at offset ", i);
+    return value;
+  };
+  auto path = [&](const char* key, std::string TrainConfig::*field) {
+    s[key] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
+      c.*field = path_of(n, key, where, "a string");
+    }};
+  };
   // Upper bounds keep absurd values from reaching allocations (a crash or an hours-long
   // allocation instead of a message); they sit far above any real run.
   auto integer = [&](const char* key, int64_t TrainConfig::*field, int64_t minimum,
@@ -213,7 +228,7 @@ std::map<std::string, Setter> make_setters() {
       c.*field = scalar_as<bool>(n, key, where, "true or false");
     }};
   };
-  str("model", &TrainConfig::model);
+  path("model", &TrainConfig::model);
   s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     if (n.IsMap()) {
       const nlohmann::json config = yaml_to_json(n, where + ": model_config");
@@ -227,16 +242,16 @@ std::map<std::string, Setter> make_setters() {
       c.model_config = io::dump_json(config);  // a value that is not UTF-8 is then named by its check
       c.model_config_inline = true;
     } else {
-      c.model_config = scalar_as<std::string>(n, "model_config", where, "a path or a mapping");
+      c.model_config = path_of(n, "model_config", where, "a path or a mapping");
       c.model_config_inline = false;
     }
   }};
   s["train_data"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     c.train_data.clear();
     if (n.IsSequence()) {
-      for (const auto& item : n) c.train_data.push_back(scalar_as<std::string>(item, "train_data", where, "a list of paths"));
+      for (const auto& item : n) c.train_data.push_back(path_of(item, "train_data", where, "a list of paths"));
     } else {
-      c.train_data.push_back(scalar_as<std::string>(n, "train_data", where, "a path or a list of paths"));
+      c.train_data.push_back(path_of(n, "train_data", where, "a path or a list of paths"));
     }
   }};
   real("val_fraction", &TrainConfig::val_fraction, 0.0);
@@ -262,7 +277,7 @@ std::map<std::string, Setter> make_setters() {
   s["seed"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     c.seed = scalar_as<uint64_t>(n, "seed", where, "a non-negative integer");
   }};
-  str("output_dir", &TrainConfig::output_dir);
+  path("output_dir", &TrainConfig::output_dir);
   integer("logging_steps", &TrainConfig::logging_steps, 1);
   integer("eval_steps", &TrainConfig::eval_steps, 0);
   integer("eval_max_batches", &TrainConfig::eval_max_batches, 0);
