@@ -121,6 +121,12 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
             std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "model: |\n  models/base\n").find("key \"model\": the path holds a control"),
             std::string::npos);
+  // Decoupled weight decay at lr x wd >= 1 zeroes or flips the weights each step.
+  EXPECT_NE(message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=1000"})
+                .find("--set weight_decay=1000: learning_rate x weight_decay = 0.001 x 1000 is 1, at least 1"),
+            std::string::npos)
+      << message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=1000"});
+  EXPECT_EQ(message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=999"}), "no error");
   // A value of two YAML documents is refused, as a file of two is (the second was dropped).
   EXPECT_NE(message(std::string(kMinimal), {"max_steps=2\n---\n5"})
                 .find("--set max_steps: the value holds 2 YAML documents (separated by ---); give one value"),

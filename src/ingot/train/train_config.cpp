@@ -40,7 +40,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"warmup_steps", "0", "linear warm-up steps from 0"},
       {"min_lr_ratio", "0.0", "floor of the decay as a fraction of learning_rate"},
       {"wsd_decay_ratio", "0.1", "wsd: final fraction of steps spent decaying"},
-      {"weight_decay", "0.0", "decoupled AdamW weight decay"},
+      {"weight_decay", "0.0", "decoupled AdamW weight decay (each weight times 1 − learning_rate × weight_decay a step, so their product must be below 1)"},
       {"adam_beta1", "0.9", "AdamW beta1"},
       {"adam_beta2", "0.999", "AdamW beta2"},
       {"adam_epsilon", "1e-8", "AdamW epsilon"},
@@ -373,6 +373,13 @@ void validate(const TrainConfig& c) {
     fail(c.source_of({"precision"}), ": key \"precision\" must be auto, fp32 or bf16, got \"", c.precision, "\"");
   if (const RecipeOptionProblem problem = find_recipe_option_problem(c.recipe_options(), c.precision); problem.key)
     fail(c.source_of({problem.key}), ": ", problem.message);
+  // AdamW's decay multiplies each weight by 1 - lr * weight_decay a step: at 1 or more the weights
+  // are zeroed or flip sign at the peak learning rate, whatever the gradients say.
+  if (c.learning_rate * c.weight_decay >= 1.0)
+    fail(c.source_of({"weight_decay", "learning_rate"}), ": learning_rate x weight_decay = ", c.learning_rate, " x ",
+         c.weight_decay, " is ", c.learning_rate * c.weight_decay,
+         ", at least 1: AdamW's decay (each weight times 1 - learning_rate x weight_decay a step) would zero the weights "
+         "or flip their sign; usual values are about 1e-4 x 0.1");
   if (c.adam_beta1 >= 1.0) fail(c.source_of({"adam_beta1"}), ": key \"adam_beta1\" must be below 1, got ", c.adam_beta1);
   if (c.adam_beta2 >= 1.0) fail(c.source_of({"adam_beta2"}), ": key \"adam_beta2\" must be below 1, got ", c.adam_beta2);
   // At 0 (or below f32's smallest normal number, which rounds to 0 or loses precision), a weight
