@@ -40,7 +40,9 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"warmup_steps", "0", "linear warm-up steps from 0"},
       {"min_lr_ratio", "0.0", "floor of the decay as a fraction of learning_rate"},
       {"wsd_decay_ratio", "0.1", "wsd: final fraction of steps spent decaying"},
-      {"weight_decay", "0.0", "decoupled AdamW weight decay (each weight times 1 − learning_rate × weight_decay a step, so their product must be below 1)"},
+      {"weight_decay", "0.0",
+       "decoupled AdamW weight decay (each weight times 1 − learning_rate × weight_decay a step, so their product "
+       "must be below 1)"},
       {"adam_beta1", "0.9", "AdamW beta1"},
       {"adam_beta2", "0.999", "AdamW beta2"},
       {"adam_epsilon", "1e-8", "AdamW epsilon"},
