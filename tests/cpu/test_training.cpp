@@ -665,6 +665,10 @@ TEST_F(Training, ResumeRepeatsAnUninterruptedRunBitForBit) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/mid", 8, 4), "mid", "--resume", &out)) << out;
   EXPECT_NE(out.find("nothing to do: the run already reached max_steps 8"), std::string::npos) << out;
   EXPECT_NE(out.find("done: step 8 of 8\n"), std::string::npos) << out;
+  // Below the checkpoint's step, max_steps is refused (it printed "nothing to do" and exited 0).
+  EXPECT_NE(0, train(tiny_config(data, root + "/mid", 5, 4), "mid", "--resume", &out));
+  EXPECT_NE(out.find("mid.yaml: max_steps 5 is below the step of the checkpoint --resume continues, " + root +
+                     "/mid/checkpoint-8 (step 8)"), std::string::npos) << out;
 }
 
 // A resumed run keeps its architecture: a change that alters no shape (rope_theta here) was taken

@@ -671,6 +671,11 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     }
     loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
     start_step = state["step"].get<int64_t>();
+    // Below the checkpoint's step, max_steps is a typo or the wrong run: "nothing to do" and exit 0
+    // would hide it (at the step itself, a finished run resumed again, it is nothing to do).
+    if (start_step > c.max_steps)
+      fail(c.source_of({"max_steps"}), ": max_steps ", c.max_steps, " is below the step of the checkpoint --resume continues, ",
+           dir, " (step ", start_step, "); raise max_steps to train on, or start a new run from it with model: ", dir);
     log << "resumed from " << dir << " at step " << start_step << "\n";
     for (const std::string& change : resume_changes(state, c, recipe, workspace_note, attention_switches(ctx)))
       log << "note: resume: " << change << "\n";
