@@ -314,6 +314,12 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   fs::create_directories(dead);
   write_file(dead + "/model.safetensors", "half a checkpoint");
   fs::create_directories(reused);
+  // Folders that only look like one are the user's, and stay: one holding a folder (save writes
+  // files only; a review found such a folder deleted), one whose step is not a number.
+  const std::string holds_folder = dir + "/checkpoint-1.tmp-" + dead_pid, not_a_step = dir + "/checkpoint-x.tmp-" + dead_pid;
+  fs::create_directories(holds_folder + "/data");
+  write_file(holds_folder + "/data/notes.txt", "mine");
+  fs::create_directories(not_a_step);
   ASSERT_EQ(0, train(tiny_config(data, dir, 2, 0), "partial", "", &out)) << out;
   for (const std::string& partial : {dead, reused}) {
     EXPECT_FALSE(fs::exists(partial)) << out;
@@ -321,6 +327,8 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
               std::string::npos) << out;
   }
   EXPECT_TRUE(fs::exists(dir + "/checkpoint-2/model.safetensors"));
+  EXPECT_TRUE(fs::exists(holds_folder + "/data/notes.txt")) << out;
+  EXPECT_TRUE(fs::exists(not_a_step)) << out;
 }
 
 // A killed prepare leaves its .prepare-<pid> folder: partial shards (removed by the next prepare

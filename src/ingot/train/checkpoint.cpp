@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 
 #include "ingot/core/error.h"
@@ -46,8 +47,18 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
     const std::string name = entry.path().filename().string();
     const size_t at = name.find(".tmp-");
     if (name.rfind("checkpoint-", 0) != 0 || at == std::string::npos || !entry.is_directory()) continue;
+    const std::string step = name.substr(11, at - 11);
+    if (step.empty() || !std::all_of(step.begin(), step.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+      continue;
     const int64_t pid = pid_suffix(name, name.substr(0, at + 5));
     if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid))) continue;
+    // save_checkpoint writes files only: a folder holding another folder is not one of its
+    // partial checkpoints, whatever its name, and is left alone.
+    std::error_code ec;
+    bool files_only = true;
+    for (fs::directory_iterator it(entry.path(), ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+      files_only = files_only && it->is_regular_file(ec);
+    if (ec || !files_only) continue;
     fs::remove_all(entry.path());
     removed.push_back(entry.path().string());
   }
