@@ -1799,3 +1799,17 @@ TEST_F(Training, OutputDirIsARunsOwnFolder) {
   config.replace(config.find(into_model), into_model.size(), "output_dir: " + root + "/tuned");
   EXPECT_EQ(0, train(config, "tuned", "", &out)) << out;
 }
+
+// A training split smaller than one step's rows is said: every step repeats the same rows (a review
+// set val_fraction: 0.9999999999 and trained one window over and over without a word).
+TEST_F(Training, WarnsWhenTheTrainingSplitIsSmallerThanAStep) {
+  std::string out;
+  std::string config = tiny_config(data, root + "/run", 2, 0);
+  config.replace(config.find("val_fraction: 0.1"), 17, "val_fraction: 0.999");
+  ASSERT_EQ(0, train(config, "tiny_split", "", &out)) << out;
+  EXPECT_NE(out.find("warning: " + root + "/tiny_split.yaml: the training split holds 1 row(s), fewer than the 4 a step "
+                     "reads (micro_batch_size x gradient_accumulation_steps): each step repeats them; lower val_fraction"),
+            std::string::npos) << out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 2, 0), "ok", "", &out)) << out;
+  EXPECT_EQ(out.find("the training split holds"), std::string::npos) << out;
+}

@@ -595,6 +595,13 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       << "memory plan: " << memory.summary() << "\n";
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
   if (!eos_note.empty()) log << "note: " << eos_note << "\n";
+  // Fewer training rows than one step reads: every step sees the same few rows again (a
+  // val_fraction near 1 left one window, which every row of every batch repeated).
+  if (loader.num_train_windows() < B * accum)
+    log << "warning: " << c.source_of({"val_fraction", "micro_batch_size"}) << ": the training split holds "
+        << loader.num_train_windows() << " row(s), fewer than the " << B * accum
+        << " a step reads (micro_batch_size x gradient_accumulation_steps): each step repeats them"
+        << (c.val_fraction > 0 ? "; lower val_fraction, or train on more data" : "; train on more data") << "\n";
   for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
     log << "warning: " << c.source << ": " << warning << "\n";
   if (c.warmup_steps >= c.max_steps)
