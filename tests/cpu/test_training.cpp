@@ -953,8 +953,10 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "", &out)) << out;
   const std::string weights = read_file(root + "/run/checkpoint-3/model.safetensors");
   ASSERT_FALSE(weights.empty());
-  // lr 1e300 sends the weights to infinity at the first update: the new run fails at step 2.
-  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--overwrite --set learning_rate=1e300", &out));
+  // lr 1e300 sends the weights to infinity at the first update: the new run fails at step 2 (without
+  // weight decay, which such a learning rate would make refuse the config).
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run",
+                     "--overwrite --set learning_rate=1e300 --set weight_decay=0", &out));
   EXPECT_NE(out.find("loss became"), std::string::npos) << out;
   EXPECT_EQ(read_file(root + "/run/checkpoint-3/model.safetensors"), weights) << "the old run was not put back";
   for (const auto& entry : fs::directory_iterator(root + "/run"))
@@ -1012,7 +1014,7 @@ TEST_F(Training, NonFiniteWeightsAreNeverSaved) {
   const std::string dir = root + "/diverged";
   ASSERT_EQ(0, train(tiny_config(data, dir, 3, 1), "diverged", "--set save_total_limit=1", &out)) << out;
   const std::string good = read_file(dir + "/checkpoint-3/model.safetensors");
-  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverged", "--resume --set save_total_limit=1 --set learning_rate=1e300",
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverged", "--resume --set save_total_limit=1 --set learning_rate=1e300 --set weight_decay=0",
                      &out));
   EXPECT_NE(out.find("the weights after step 4 hold a non-finite value (parameter "), std::string::npos) << out;
   EXPECT_NE(out.find("not saved, and no older checkpoint deleted; the newest good checkpoint is " + dir + "/checkpoint-3"),
@@ -1628,7 +1630,7 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
   write_file(root + "/converted_tokenizer/tokenizer.json", converted.dump(1));
   ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + root + "/converted_tokenizer -o " + root +
                                "/converted --eos-token '<|end_of_text|>'", &out)) << out;
-  ASSERT_EQ(0, fine_tune(root + "/converted", "converted")) << out;
+  ASSERT_EQ(0, fine_tune(root + "/converted", "converted_run")) << out;
   EXPECT_EQ(out.find("tokenizer.json has added token"), std::string::npos) << out;
 
   // A renamed added token (as with Llama 3's reserved special tokens): the same vocabulary, a warning.
@@ -1639,8 +1641,8 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
   write_file(root + "/renamed_tokenizer/tokenizer.json", renamed.dump());
   ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/text --tokenizer " + root + "/renamed_tokenizer -o " + root +
                                "/renamed --eos-token '<|end_of_text|>'", &out)) << out;
-  ASSERT_EQ(0, fine_tune(root + "/renamed", "renamed")) << out;
-  EXPECT_NE(out.find("warning: " + root + "/renamed.yaml: " + root + "/renamed/tokenizer.json has added token "
+  ASSERT_EQ(0, fine_tune(root + "/renamed", "renamed_run")) << out;
+  EXPECT_NE(out.find("warning: " + root + "/renamed_run.yaml: " + root + "/renamed/tokenizer.json has added token "
                      "\"<|my_turn_end|>\" at id 4, where " + base + "/tokenizer.json has \"<|eot_id|>\"; "
                      "checkpoints carry the data's tokenizer"), std::string::npos) << out;
 }
