@@ -811,6 +811,11 @@ TEST_F(Training, ResumeNamesAChangedValidationSplit) {
   EXPECT_NE(out.find("train windows but this run has"), std::string::npos) << out;
   EXPECT_NE(out.find("the training/validation split differs (was val_fraction changed?)"), std::string::npos) << out;
   EXPECT_EQ(out.find("a dataset of"), std::string::npos) << out;
+  // The setting and the checkpoint are named (a changed seed said only "saved loader state has seed 7").
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume --set seed=8", &out));
+  EXPECT_NE(out.find("error: --set seed=8: --resume from " + root + "/run/checkpoint-2: data: saved loader state has seed "
+                     "7 and seq_len 16 but this run uses seed 8 and seq_len 16; a resumed run keeps its data settings"),
+            std::string::npos) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

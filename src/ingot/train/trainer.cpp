@@ -676,7 +676,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
            " out of ", c.output_dir, ")");
     }
-    loader.restore_state(state["data"]);  // its errors are about the config (seed, data), not damage
+    // Its errors are about the config (seed, sequence_len, packing, val_fraction, the data), not
+    // damage: they name the config and the checkpoint whose cursor disagrees.
+    try {
+      loader.restore_state(state["data"]);
+    } catch (const Error& e) {
+      fail(c.source_of({"seed", "sequence_len", "val_fraction", "packing", "train_data"}), ": --resume from ", dir, ": ",
+           e.what(), "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
+    }
     start_step = state["step"].get<int64_t>();
     // Below the checkpoint's step, max_steps is a typo or the wrong run: "nothing to do" and exit 0
     // would hide it (at the step itself, a finished run resumed again, it is nothing to do).
