@@ -343,6 +343,10 @@ TEST(MemoryPlan, CudnnBackwardPlanBytesAreWhatCudnnReported) {
     EXPECT_NEAR(mib, r.mib, r.last_digit / 2 + 0.001) << r.B << " x " << r.T << " x " << r.Hq << " heads of " << r.D;
   }
   EXPECT_EQ(cuda::cudnn_backward_plan_bytes(1, int64_t{1} << 40, 32, 64), std::numeric_limits<int64_t>::max());
+  // The margin on top saturates too (it wrapped to a negative charge, which the plan then dropped).
+  EXPECT_EQ(cuda::cudnn_backward_charge_bytes(1, int64_t{1} << 40, 32, 64), std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(cuda::cudnn_backward_charge_bytes(4, 4096, 32, 64),
+            cuda::cudnn_backward_plan_bytes(4, 4096, 32, 64) + cuda::kCudnnWorkspaceMarginBytes);
 }
 
 // How cuDNN's deterministic attention backward is split to fit a workspace limit (the arithmetic

@@ -699,7 +699,7 @@ TEST_F(Training, ResumeRefusesAnotherArchitecture) {
   EXPECT_NE(0, train(wider, "wider", "--resume", &out));
   EXPECT_NE(out.find("wider.yaml: --resume: head_dim is 16 in this run's model but 8 in " + root +
                      "/run/checkpoint-3/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
-  EXPECT_EQ(out.find("move"), std::string::npos) << out;
+  EXPECT_EQ(out.find("to resume from the checkpoint before it"), std::string::npos) << out;
 }
 
 // A trainer_state.json text field or a metrics.jsonl value of the wrong type is named with its file
@@ -816,6 +816,14 @@ TEST_F(Training, ResumeNamesAChangedValidationSplit) {
   EXPECT_NE(out.find("error: --set seed=8: --resume from " + root + "/run/checkpoint-2: data: saved loader state has seed "
                      "7 and seq_len 16 but this run uses seed 8 and seq_len 16; a resumed run keeps its data settings"),
             std::string::npos) << out;
+  // A damaged cursor is the checkpoint's fault, not the config's.
+  const std::string state_file = root + "/run/checkpoint-2/trainer_state.json";
+  nlohmann::json state = nlohmann::json::parse(read_file(state_file));
+  state["data"]["index"] = -5;
+  write_file(state_file, state.dump(2));
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find("data: saved loader cursor (epoch 0, index -5) is out of range"), std::string::npos) << out;
+  EXPECT_EQ(out.find("keeps its data settings"), std::string::npos) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers
@@ -1782,8 +1790,7 @@ TEST_F(Training, ConfigNamedInLatin1SavesAndResumes) {
 }
 
 // output_dir may not be the file system's root, the training data's folder or the model's (a review
-// of 2026-12-02: each trained, writing checkpoints among the shards or the model's files, and a
-// model folder then resolved to the run's newest checkpoint instead of its own weights).
+// of 2026-12-02: each trained, writing checkpoints and metrics among the shards or the model's files).
 TEST_F(Training, OutputDirIsARunsOwnFolder) {
   std::string out;
   EXPECT_NE(0, train(tiny_config(data, data, 2, 0), "into_data", "", &out));
@@ -1792,6 +1799,9 @@ TEST_F(Training, OutputDirIsARunsOwnFolder) {
   EXPECT_NE(0, train(tiny_config(data, "/", 2, 0), "into_root", "--resume", &out));
   EXPECT_NE(out.find("into_root.yaml: output_dir / is the file system's root"), std::string::npos) << out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "", &out)) << out;
+  // A run made so before the check (here: its data copied into it afterwards) still resumes.
+  fs::copy(data, root + "/run", fs::copy_options::recursive);
+  ASSERT_EQ(0, train(tiny_config(root + "/run", root + "/run", 3, 0), "run", "--resume", &out)) << out;
   fs::copy(root + "/run/checkpoint-2", root + "/model");
   std::string config = tiny_config(data, root + "/model/", 2, 0);
   config.erase(config.find("model_config:"), config.find("train_data:") - config.find("model_config:"));

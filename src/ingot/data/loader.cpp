@@ -378,26 +378,42 @@ nlohmann::json DataLoader::save_state() const {
           {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_}};
 }
 
-void DataLoader::restore_state(const nlohmann::json& state) {
+std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
+  std::ostringstream s;
   try {
     const auto seed = state.at("seed").get<uint64_t>();
     const auto seq_len = state.at("seq_len").get<int64_t>();
     const auto num_train = state.at("num_train_windows").get<int64_t>();
     const auto num_tokens = state.at("num_tokens").get<int64_t>();
+    const std::string packing = state.value("packing", std::string("stream"));
+    if (packing != packing_mode_name(mode_))
+      s << "data: saved loader state is for " << packing << " batches but this run uses " << packing_mode_name(mode_)
+        << " (the packing key)";
+    else if (seed != seed_ || seq_len != seq_len_)
+      s << "data: saved loader state has seed " << seed << " and seq_len " << seq_len << " but this run uses seed "
+        << seed_ << " and seq_len " << seq_len_;
+    else if (num_tokens != num_tokens_)
+      s << "data: saved loader state is for a dataset of " << num_tokens << " tokens but " << describe_files(files_)
+        << " hold " << num_tokens_ << " tokens";
+    else if (num_train != num_train_)  // the same tokens split otherwise: val_fraction moves the split
+      s << "data: saved loader state has " << num_train << " train windows but this run has " << num_train_
+        << " from the same " << num_tokens_ << " tokens in " << describe_files(files_)
+        << ": the training/validation split differs (was val_fraction changed?)";
+  } catch (const nlohmann::json::exception&) {
+    return "";
+  }
+  return s.str();
+}
+
+void DataLoader::restore_state(const nlohmann::json& state) {
+  try {
+    if (const std::string mismatch = state_mismatch(state); !mismatch.empty()) fail(mismatch);
     const auto epoch = state.at("epoch").get<int64_t>();
     const auto index = state.at("index").get<int64_t>();
-    const std::string packing = state.value("packing", std::string("stream"));
-    INGOT_CHECK(packing == packing_mode_name(mode_), "data: saved loader state is for ", packing,
-                " batches but this run uses ", packing_mode_name(mode_), " (the packing key)");
-    INGOT_CHECK(seed == seed_ && seq_len == seq_len_, "data: saved loader state has seed ", seed,
-                " and seq_len ", seq_len, " but this run uses seed ", seed_, " and seq_len ",
-                seq_len_);
-    INGOT_CHECK(num_tokens == num_tokens_, "data: saved loader state is for a dataset of ", num_tokens,
-                " tokens but ", describe_files(files_), " hold ", num_tokens_, " tokens");
-    // The same tokens split otherwise: the validation share (val_fraction) is what moves the split.
-    INGOT_CHECK(num_train == num_train_, "data: saved loader state has ", num_train, " train windows but this run has ",
-                num_train_, " from the same ", num_tokens_, " tokens in ", describe_files(files_),
-                ": the training/validation split differs (was val_fraction changed?)");
+    (void)state.at("seed").get<uint64_t>();  // the keys state_mismatch reads, which it does not name when malformed
+    (void)state.at("seq_len").get<int64_t>();
+    (void)state.at("num_train_windows").get<int64_t>();
+    (void)state.at("num_tokens").get<int64_t>();
     // A state without the key was saved when epoch e's seed was seed + e: the run keeps that order.
     const auto stride = state.value("epoch_seed_stride", uint64_t{1});
     INGOT_CHECK(stride == 1 || stride == kEpochSeedStride, "data: saved loader state has epoch_seed_stride ", stride,

@@ -124,6 +124,10 @@ class DataLoader {
   // state without "packing" is a stream-mode state).
   nlohmann::json save_state() const;
   void restore_state(const nlohmann::json& state);
+  // What of a saved state disagrees with this loader's settings and data (seed, seq_len, packing,
+  // the dataset, the split), as restore_state's message; "" when nothing does, or when the state is
+  // malformed (restore_state names that). Lets a caller tell a changed config from damage.
+  std::string state_mismatch(const nlohmann::json& state) const;
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_tokens() const { return num_tokens_; }

@@ -11,6 +11,7 @@
 
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
+#include "ingot/io/json_util.h"
 #include "ingot/model/transformer.h"
 #include "ingot/ops/profile.h"
 #include "ingot/optim/adamw.h"
@@ -224,7 +225,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
 #ifdef INGOT_HAVE_CUDA
     if (ctx.device == Device::cuda) j["libraries"] = cuda::library_versions();
 #endif
-    log << j.dump() << std::endl;
+    log << io::dump_json(j) << std::endl;  // --model may name a folder in Latin-1
   } else {
     log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
         << ", " << device.description() << ", precision " << describe(recipe) << "\n";

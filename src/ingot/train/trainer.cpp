@@ -161,8 +161,9 @@ std::vector<fs::path> orphaned_replaced_runs(const fs::path& dir) {
 }
 
 // Checks before output_dir is created (by its lock): a file in its place, nothing to resume, a
-// folder that is the file system's root, the model's or the training data's (checkpoints there
-// mix with what the folder holds; a model folder would then resolve to its newest checkpoint).
+// folder that is the file system's root, the model's or the training data's (the run's
+// checkpoints, metrics and an --overwrite would mix with what the folder holds). A run made so
+// before these checks still resumes.
 void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::vector<fs::path>& data_dirs) {
   std::error_code ec;
   const fs::file_status status = fs::status(c.output_dir, ec);
@@ -177,12 +178,12 @@ void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::ve
     return !ec && !other_ec && resolved == out;
   };
   for (const fs::path& d : data_dirs)
-    if (same(d))
+    if (!o.resume && same(d))
       fail(c.source_of({"output_dir", "train_data"}), ": output_dir ", c.output_dir, " is the folder of the training data (",
            d.string(), "); give the run a folder of its own");
   if (!c.model.empty() && !o.resume && same(c.model) && fs::exists(fs::path(c.model) / "config.json", ec))
     fail(c.source_of({"output_dir", "model"}), ": output_dir ", c.output_dir, " is the folder of model ", c.model,
-         "; give the run a folder of its own (the model's folder would then resolve to the run's newest checkpoint)");
+         "; give the run a folder of its own (its checkpoints, metrics and an --overwrite would mix with the model's files)");
   if (fs::exists(status) && !fs::is_directory(status))
     fail("output_dir ", c.output_dir, " exists and is not a directory");
   if (o.resume && !fs::exists(status))
@@ -676,14 +677,12 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
            " out of ", c.output_dir, ")");
     }
-    // Its errors are about the config (seed, sequence_len, packing, val_fraction, the data), not
-    // damage: they name the config and the checkpoint whose cursor disagrees.
-    try {
-      loader.restore_state(state["data"]);
-    } catch (const Error& e) {
+    // A cursor that disagrees with the config (seed, sequence_len, packing, val_fraction, the data)
+    // names the config and the checkpoint; a damaged one is named by restore_state.
+    if (const std::string mismatch = loader.state_mismatch(state["data"]); !mismatch.empty())
       fail(c.source_of({"seed", "sequence_len", "val_fraction", "packing", "train_data"}), ": --resume from ", dir, ": ",
-           e.what(), "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
-    }
+           mismatch, "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
+    loader.restore_state(state["data"]);
     start_step = state["step"].get<int64_t>();
     // Below the checkpoint's step, max_steps is a typo or the wrong run: "nothing to do" and exit 0
     // would hide it (at the step itself, a finished run resumed again, it is nothing to do).

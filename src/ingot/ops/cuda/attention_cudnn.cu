@@ -102,8 +102,7 @@ int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv
   const CudnnBackwardSplit split = cudnn_backward_split(B, T, Hq, Hkv, cudnn_workspace_limit);
   if (!split.fits()) return kernels;
   // One slice's workspace: the slices run one after another in the same scratch.
-  return std::max(kernels, cudnn_backward_plan_bytes(split.rows, T, split.kv_heads * (Hq / Hkv), D) +
-                               kCudnnWorkspaceMarginBytes);
+  return std::max(kernels, cudnn_backward_charge_bytes(split.rows, T, split.kv_heads * (Hq / Hkv), D));
 }
 
 AttentionMode attention_mode() {
@@ -655,8 +654,9 @@ const Plan& plan_for(CudaState& state, bool backward, const Geometry& s, Variant
     if (backward && variant == Variant::fast) plan.accum_bytes = s.B * s.Hq * s.T * s.D * int64_t(sizeof(float));
     // The memory plan charged what cuDNN 9.14 asks for. A version that asks for more still runs
     // (the scratch grows at the first, uncaptured step), but past the plan's check of free memory.
-    const int64_t charged = cudnn_backward_plan_bytes(s.B, s.T, s.Hq, s.D) + kCudnnWorkspaceMarginBytes;
-    if (backward && variant == Variant::deterministic && plan.workspace_bytes > charged)
+    const int64_t charged =
+        backward && variant == Variant::deterministic ? cudnn_backward_charge_bytes(s.B, s.T, s.Hq, s.D) : -1;
+    if (charged >= 0 && plan.workspace_bytes > charged)
       std::fprintf(stderr,
                    "ingot: warning: cuDNN %zu's attention backward (%s) asks for %.1f MiB of workspace, more than "
                    "the %.1f MiB the memory plan charged it (measured with cuDNN 9.14): a run that the plan "

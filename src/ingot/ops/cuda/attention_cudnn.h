@@ -136,6 +136,12 @@ inline int64_t cudnn_backward_plan_bytes(int64_t B, int64_t T, int64_t Hq, int64
 }
 // Room the memory plan leaves beside cuDNN's workspace for what another cuDNN version may add.
 constexpr int64_t kCudnnWorkspaceMarginBytes = int64_t{16} << 20;
+// What the memory plan charges one call: the two above, still saturating.
+inline int64_t cudnn_backward_charge_bytes(int64_t B, int64_t T, int64_t Hq, int64_t D) {
+  const int64_t plan = cudnn_backward_plan_bytes(B, T, Hq, D);
+  return plan > std::numeric_limits<int64_t>::max() - kCudnnWorkspaceMarginBytes ? std::numeric_limits<int64_t>::max()
+                                                                                : plan + kCudnnWorkspaceMarginBytes;
+}
 
 // Every distinct slicing of a (B, T, Hq, Hkv) backward, the one call first, then by workspace down
 // to one row's one kv-head group: what a memory plan can choose from.
