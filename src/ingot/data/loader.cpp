@@ -407,13 +407,11 @@ std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
 
 void DataLoader::restore_state(const nlohmann::json& state) {
   try {
+    // state_mismatch passes over a malformed state: reading its keys here names that.
+    for (const char* key : {"seed", "seq_len", "num_train_windows", "num_tokens"}) (void)state.at(key).get<int64_t>();
     if (const std::string mismatch = state_mismatch(state); !mismatch.empty()) fail(mismatch);
     const auto epoch = state.at("epoch").get<int64_t>();
     const auto index = state.at("index").get<int64_t>();
-    (void)state.at("seed").get<uint64_t>();  // the keys state_mismatch reads, which it does not name when malformed
-    (void)state.at("seq_len").get<int64_t>();
-    (void)state.at("num_train_windows").get<int64_t>();
-    (void)state.at("num_tokens").get<int64_t>();
     // A state without the key was saved when epoch e's seed was seed + e: the run keeps that order.
     const auto stride = state.value("epoch_seed_stride", uint64_t{1});
     INGOT_CHECK(stride == 1 || stride == kEpochSeedStride, "data: saved loader state has epoch_seed_stride ", stride,
