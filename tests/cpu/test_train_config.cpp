@@ -127,6 +127,21 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
             std::string::npos)
       << message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=1000"});
   EXPECT_EQ(message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=999"}), "no error");
+  // Explicit YAML tags: the key's own type, or refused (!foo was ignored, !!float 3 read as 3).
+  EXPECT_NE(message(std::string(kMinimal) + "max_steps: !!float 3\n")
+                .find("bad.yaml: key \"max_steps\" must be an integer, and its value carries the YAML tag "
+                      "tag:yaml.org,2002:float"),
+            std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "seed: !foo 1\n").find("its value carries the YAML tag !foo"), std::string::npos);
+  EXPECT_NE(message(std::string(kMinimal) + "output_dir: !!int 3\n").find("key \"output_dir\" must be a string"),
+            std::string::npos);
+  const TrainConfig tagged = parse_train_config(std::string(kMinimal) + "learning_rate: !!float 1e-3\nmax_steps: !!int 7\n"
+                                                "weight_decay: !!int 0\noutput_dir: !!str runs/x\ntrain_on_inputs: !!bool true\n",
+                                                "x.yaml");
+  EXPECT_EQ(tagged.learning_rate, 1e-3);
+  EXPECT_EQ(tagged.max_steps, 7);
+  EXPECT_EQ(tagged.output_dir.substr(tagged.output_dir.size() - 6), "runs/x");
+  EXPECT_TRUE(tagged.train_on_inputs);
   // A value of two YAML documents is refused, as a file of two is (the second was dropped).
   EXPECT_NE(message(std::string(kMinimal), {"max_steps=2\n---\n5"})
                 .find("--set max_steps: the value holds 2 YAML documents (separated by ---); give one value"),

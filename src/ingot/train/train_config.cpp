@@ -168,6 +168,17 @@ T scalar_as(const YAML::Node& node, const std::string& key, const std::string& s
   if constexpr (!std::is_same_v<T, std::string>)
     if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str")
       fail(source, ": key \"", key, "\" must be ", type_name, ", got the string \"", node.Scalar(), "\"");
+  // Any other explicit tag must be the key's own YAML type (an integer may stand for a real):
+  // !foo was ignored, and !!float 3 read as the integer 3.
+  const std::string& tag = node.Tag();
+  if (!tag.empty() && tag != "?" && tag != "!" && tag != "tag:yaml.org,2002:str") {  // "": a node made in code
+    const std::string core = "tag:yaml.org,2002:";
+    const bool fits = std::is_same_v<T, bool>       ? tag == core + "bool"
+                      : std::is_integral_v<T>       ? tag == core + "int"
+                      : std::is_floating_point_v<T> ? tag == core + "float" || tag == core + "int"
+                                                    : false;
+    if (!fits) fail(source, ": key \"", key, "\" must be ", type_name, ", and its value carries the YAML tag ", tag);
+  }
   try {
     const T value = node.as<T>();
     if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
