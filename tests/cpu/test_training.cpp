@@ -1830,3 +1830,30 @@ TEST_F(Training, WarnsWhenTheTrainingSplitIsSmallerThanAStep) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 2, 0), "ok", "", &out)) << out;
   EXPECT_EQ(out.find("the training split holds"), std::string::npos) << out;
 }
+
+// Command-line numbers and switches (a fuzzing review of 2026-12-02): integers in another base or
+// empty were read as something else ("010" as 8, "" as 0), --warmup near 2^63 overflowed into a
+// median of no steps (a crash), and the --no-... switches aborted on "=x" and turned on at "=false".
+TEST_F(Training, CommandLineNumbersAndSwitchesAreReadAsWritten) {
+  const std::string fixture = ingot::test::source_dir() + "/tests/fixtures/llama";
+  const std::string bench = cli() + " bench --model " + fixture + " --device cpu --seq 16 --micro-batch 1 --steps 1";
+  std::string out;
+  for (const std::string& bad : {" --seq 010", " --seq 0x10", " --warmup ''", " --steps -0x1"}) {
+    EXPECT_NE(0, run_command(bench + bad, &out)) << bad;
+    EXPECT_NE(out.find("must be a plain decimal integer (no leading 0, no base prefix)"), std::string::npos) << bad << out;
+  }
+  EXPECT_NE(0, run_command(bench + " --warmup 9223372036854775807", &out));
+  EXPECT_NE(out.find("--warmup must lie in [0, 1073741824], got 9223372036854775807"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(bench + " --seq 99999999999999999999", &out));
+  EXPECT_NE(out.find("is out of range"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(bench + " --no-cuda-graph=x", &out));
+  EXPECT_EQ(out.find("terminate called"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " generate " + fixture + " --temperature '' --max-new-tokens 1", &out));
+  EXPECT_NE(out.find("--temperature: must be a finite number"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " generate " + fixture + " --seed 010 --max-new-tokens 1", &out));
+  // --no-master-weights=false keeps the master weights; the bare switch drops them.
+  ASSERT_EQ(0, run_command(cli() + " info " + fixture + " --precision bf16 --no-master-weights=false", &out)) << out;
+  EXPECT_EQ(out.find("master 0 B"), std::string::npos) << out;
+  ASSERT_EQ(0, run_command(cli() + " info " + fixture + " --precision bf16 --no-master-weights", &out)) << out;
+  EXPECT_NE(out.find("master 0 B"), std::string::npos) << out;
+}

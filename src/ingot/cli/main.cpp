@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -33,6 +34,28 @@ namespace fs = std::filesystem;
 using namespace ingot;
 
 namespace {
+
+// CLI11 reads an integer in the base its prefix names ("010" is 8, "0x10" 16), an empty value as
+// 0, and clamps one that overflows: numeric flags take plain decimal text, checked first.
+std::string plain_integer_error(const std::string& text) {
+  const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  const bool digits = text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
+  if (!digits || (text[first] == '0' && text.size() > first + 1))
+    return "must be a plain decimal integer (no leading 0, no base prefix), got \"" + text + "\"";
+  errno = 0;
+  (void)std::strtoll(text.c_str(), nullptr, 10);
+  return errno == ERANGE ? "is out of range: \"" + text + "\"" : std::string();
+}
+const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "INT");
+const CLI::Validator kReal(
+    [](std::string& text) {
+      char* end = nullptr;
+      errno = 0;
+      const double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
+      const bool whole = !text.empty() && end == text.c_str() + text.size() && errno != ERANGE;
+      return whole && std::isfinite(value) ? std::string() : "must be a finite number, got \"" + text + "\"";
+    },
+    "NUMBER");
 
 int command_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool overwrite) {
   if (resume && overwrite) fail("--resume and --overwrite exclude each other");
@@ -286,9 +309,10 @@ int main(int argc, char** argv) {
   prepare->add_option("--eos-token", prep.eos_token,
                       "text: the token that ends each document (default: the tokenizer's eos_token)");
   prepare->add_option("--text-field", prep.text_field, "JSONL: the field holding the text (default: text)");
-  prepare->add_flag("--no-special-tokens", [&](int64_t) { prep.add_special_tokens = false; },
+  bool prep_no_special_tokens = false;  // flags that turn a default off: plain bools, inverted after parsing
+  prepare->add_flag("--no-special-tokens", prep_no_special_tokens,
                     "text: leave out the tokenizer's special tokens around each document (Llama 3's <|begin_of_text|>)");
-  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)");
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)")->check(kInteger);
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
   std::string prep_format = "text", prep_overflow = "truncate";
@@ -296,22 +320,23 @@ int main(int argc, char** argv) {
   prepare->add_option("--chat-template", prep.chat_template, "chat/alpaca: tokenizer_config.json holding the chat template (default: next to --tokenizer)");
   prepare->add_option("--messages-field", prep.messages_field, "chat: the JSONL field holding the messages (default: messages)");
   prepare->add_flag("--train-on-inputs", prep.train_on_inputs, "chat/alpaca: loss on every token, not only the assistant's");
-  prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)");
+  prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)")->check(kInteger);
   prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len");
-  prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)");
+  prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)")->check(kInteger);
 
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
   generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
   generate->add_option("--prompt", gen.prompt, "text to continue");
-  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)");
-  generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)");
-  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)");
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")->check(kInteger);
+  generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")->check(kReal);
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)")->check(kInteger);
   // CLI11 reads "-1" into a uint64_t as 2^64 - 1 and clamps what overflows: check the text first.
   generate->add_option("--seed", gen.seed, "sampling seed (default 0)")
       ->check(
           [](const std::string& text) {
-            const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+            const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos &&
+                                (text[0] != '0' || text.size() == 1);  // "010" would read as octal
             errno = 0;
             if (digits) (void)std::strtoull(text.c_str(), nullptr, 10);
             return digits && errno != ERANGE ? std::string()
@@ -319,7 +344,8 @@ int main(int argc, char** argv) {
           },
           "0 to 2^64-1");
   generate->add_option("--device", gen.device, "auto | cpu | cuda");
-  generate->add_flag("--no-special-tokens", [&](int64_t) { gen.add_special_tokens = false; },
+  bool gen_no_special_tokens = false;
+  generate->add_flag("--no-special-tokens", gen_no_special_tokens,
                      "do not start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>)");
   generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json, or byte (default: the model's, else bytes)");
 
@@ -336,12 +362,13 @@ int main(int argc, char** argv) {
   std::string info_dir, info_precision = "fp32";
   int64_t info_seq = 2048, info_batch = 1;
   info->add_option("model", info_dir, "model or checkpoint directory, or a run's output_dir")->required();
-  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)");
-  info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)");
+  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)")->check(kInteger);
+  info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)")->check(kInteger);
   info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");
   RecipeOptions info_recipe;
   std::string info_recompute = "none";
-  info->add_flag("--no-master-weights", [&](int64_t) { info_recipe.master_weights = false; }, "bf16: no f32 master copy");
+  bool info_no_master_weights = false;
+  info->add_flag("--no-master-weights", info_no_master_weights, "bf16: no f32 master copy");
   info->add_option("--grad-dtype", info_recipe.grad_dtype, "bf16: f32 | bf16 parameter gradients (default f32)");
   info->add_option("--optimizer-state-dtype", info_recipe.optimizer_state_dtype, "bf16: f32 | bf16 AdamW m and v (default f32)");
   info->add_option("--recompute", info_recompute, "none | elementwise | block (default none)");
@@ -349,25 +376,28 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
   BenchOptions bench_options;
   bench->add_option("--model", bench_options.model, "HF model or checkpoint directory, a run's output_dir, or a preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
-  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)");
-  bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)");
-  bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)");
-  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)");
+  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)")->check(kInteger);
+  bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)")->check(kInteger);
+  bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)")->check(kInteger);
+  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")->check(kInteger);
   bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
-  bench->add_flag("--no-master-weights", [&](int64_t) { bench_options.recipe.master_weights = false; }, "update bf16 weights directly");
+  bool bench_no_master_weights = false, bench_no_cuda_graph = false;
+  bench->add_flag("--no-master-weights", bench_no_master_weights, "update bf16 weights directly");
   bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
   bench->add_option("--optimizer-state-dtype", bench_options.recipe.optimizer_state_dtype,
                     "f32 | bf16: AdamW's m and v (default f32)");
   bench->add_flag("--stochastic-rounding", bench_options.recipe.stochastic_rounding,
                   "round the optimizer's bf16 stores stochastically (weights without master, bf16 moments)");
-  bench->add_flag("--no-cuda-graph", [&](int64_t) { bench_options.cuda_graph = false; }, "launch every op of every step (no graph replay)");
+  bench->add_flag("--no-cuda-graph", bench_no_cuda_graph, "launch every op of every step (no graph replay)");
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");
   bench->add_flag("--json", bench_options.json, "print one JSON line");
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
-                    "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows");
+                    "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows")
+      ->check(kInteger);
   bench->add_option("--logits-chunk-tokens", bench_options.logits_chunk_tokens,
-                    "tokens per LM-head + loss chunk, as the config key logits_chunk_tokens (default 0: automatic)");
+                    "tokens per LM-head + loss chunk, as the config key logits_chunk_tokens (default 0: automatic)")
+      ->check(kInteger);
 
   // A mistyped command would otherwise read as "A subcommand is required": name it and the choices.
   if (argc >= 2 && argv[1][0] != '-') {
@@ -387,7 +417,15 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   }
+  prep.add_special_tokens = !prep_no_special_tokens;
+  gen.add_special_tokens = !gen_no_special_tokens;
+  info_recipe.master_weights = !info_no_master_weights;
+  bench_options.recipe.master_weights = !bench_no_master_weights;
+  bench_options.cuda_graph = !bench_no_cuda_graph;
   try {
     if (*train) {
       if (list_keys) {

@@ -66,10 +66,14 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
 }
 
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
-  INGOT_CHECK(o.steps >= 1, "ingot bench: --steps must be at least 1, got ", o.steps);
+  // The upper bounds keep warmup + steps (and the step counter AdamW takes) from overflowing: a
+  // sum past 2^63 ran no step and read the median of none.
+  constexpr int64_t kMaxSteps = int64_t{1} << 30;
+  INGOT_CHECK(o.steps >= 1 && o.steps <= kMaxSteps, "ingot bench: --steps must lie in [1, ", kMaxSteps, "], got ", o.steps);
   INGOT_CHECK(o.logits_chunk_tokens >= 0, "ingot bench: --logits-chunk-tokens must be 0 (automatic) or more, got ",
               o.logits_chunk_tokens);
-  INGOT_CHECK(o.warmup >= 0, "ingot bench: --warmup must be 0 or more, got ", o.warmup);
+  INGOT_CHECK(o.warmup >= 0 && o.warmup <= kMaxSteps, "ingot bench: --warmup must lie in [0, ", kMaxSteps, "], got ",
+              o.warmup);
   INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
               " and ", o.micro_batch);
   INGOT_CHECK(o.seq <= kMaxTokensPerStep && o.micro_batch <= kMaxTokensPerStep / o.seq,
