@@ -1303,6 +1303,13 @@ TEST_F(Training, ExportGenerateAndInfo) {
     EXPECT_NE(0, run_command(cli() + " export " + root + "/hf " + folder + " --overwrite", &out)) << folder;
     EXPECT_NE(out.find("holds a training run, a checkpoint or a dataset"), std::string::npos) << out;
   }
+  // So is a new checkpoint-<N> (or partial checkpoint's name) in a run's folder: it became the
+  // run's newest checkpoint, which generate and --resume then read.
+  for (const std::string& name : {"checkpoint-999", "checkpoint-3.tmp-1/"}) {
+    EXPECT_NE(0, run_command(cli() + " export " + root + "/hf " + root + "/run/" + name, &out)) << name;
+    EXPECT_NE(out.find("would be a checkpoint of the training run in " + root + "/run"), std::string::npos) << out;
+  }
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-999"));
   EXPECT_TRUE(fs::exists(root + "/run/checkpoint-3/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(data + "/train-00000.bin"));
   for (const auto& entry : fs::directory_iterator(root))  // no temporary or set-aside folders left

@@ -205,6 +205,19 @@ int command_export(const std::string& source, const std::string& out_dir, const 
     if (!held.empty())
       fail("export: ", out_dir, " holds a training run, a checkpoint or a dataset (", held, "); choose another output");
   }
+  // Nor as a checkpoint of a run: named checkpoint-<N> (or a partial one's name) in a run's folder,
+  // it would become that run's newest checkpoint, which generate, info and --resume then read.
+  {
+    fs::path out_path = fs::path(out_dir).lexically_normal();
+    if (!out_path.has_filename()) out_path = out_path.parent_path();  // "dir/" names dir
+    const std::string name = out_path.filename().string();
+    const fs::path parent = fs::absolute(out_path).parent_path();
+    std::error_code ec;
+    if (name.rfind("checkpoint-", 0) == 0 && fs::is_directory(parent, ec) &&
+        !training_output_marker(parent.string()).empty())
+      fail("export: output ", out_dir, " would be a checkpoint of the training run in ", parent.string(),
+           " (the run's newest, for generate, info and --resume); choose another output");
+  }
   for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
     if (fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
