@@ -205,19 +205,16 @@ int command_export(const std::string& source, const std::string& out_dir, const 
     if (!held.empty())
       fail("export: ", out_dir, " holds a training run, a checkpoint or a dataset (", held, "); choose another output");
   }
+  // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
+  fs::path target = fs::absolute(out_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();
   // Nor as a checkpoint of a run: named checkpoint-<N> (or a partial one's name) in a run's folder,
   // it would become that run's newest checkpoint, which generate, info and --resume then read.
-  {
-    fs::path out_path = fs::path(out_dir).lexically_normal();
-    if (!out_path.has_filename()) out_path = out_path.parent_path();  // "dir/" names dir
-    const std::string name = out_path.filename().string();
-    const fs::path parent = fs::absolute(out_path).parent_path();
-    std::error_code ec;
-    if (name.rfind("checkpoint-", 0) == 0 && fs::is_directory(parent, ec) &&
-        !training_output_marker(parent.string()).empty())
-      fail("export: output ", out_dir, " would be a checkpoint of the training run in ", parent.string(),
-           " (the run's newest, for generate, info and --resume); choose another output");
-  }
+  std::error_code ec;
+  if (target.filename().string().rfind("checkpoint-", 0) == 0 && fs::is_directory(target.parent_path(), ec) &&
+      !training_output_marker(target.parent_path().string()).empty())
+    fail("export: output ", out_dir, " would be a checkpoint of the training run in ", target.parent_path().string(),
+         " (the run's newest, for generate, info and --resume); choose another output");
   for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
     if (fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
@@ -239,9 +236,6 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
   const std::vector<std::string> companions = model_companion_files(dir);  // checked before anything is written
-  // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
-  fs::path target = fs::absolute(out_dir).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
     for (const std::string& file : companions) fs::copy_file(file, folder / fs::path(file).filename());

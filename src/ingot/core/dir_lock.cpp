@@ -56,9 +56,7 @@ bool directory_in_use(const std::string& dir) {
   return busy;
 }
 
-namespace {
-int64_t checkpoint_step(const fs::path& dir) {
-  const std::string name = dir.filename().string();
+int64_t checkpoint_step(const std::string& name) {
   const std::string prefix = "checkpoint-";
   if (name.rfind(prefix, 0) != 0) return -1;
   const std::string digits = name.substr(prefix.size());
@@ -67,13 +65,12 @@ int64_t checkpoint_step(const fs::path& dir) {
   if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
   return std::stoll(digits);
 }
-}  // namespace
 
 std::vector<std::string> list_checkpoints(const std::string& output_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   if (fs::is_directory(output_dir))
     for (const auto& entry : fs::directory_iterator(output_dir)) {
-      const int64_t step = checkpoint_step(entry.path());
+      const int64_t step = checkpoint_step(entry.path().filename().string());
       if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
     }
   std::sort(found.begin(), found.end());

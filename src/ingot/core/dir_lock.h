@@ -33,6 +33,10 @@ class DirectoryLock {
 // so that another command (export --overwrite) does not replace a directory a run is writing.
 bool directory_in_use(const std::string& dir);
 
+// The step of a folder named checkpoint-<step> (at most 18 digits, as Ingot writes them); -1 for
+// any other name.
+int64_t checkpoint_step(const std::string& name);
+
 // checkpoint-<step> directories under output_dir, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& output_dir);
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <filesystem>
 
 #include "ingot/core/error.h"
@@ -46,10 +45,7 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
   for (const auto& entry : fs::directory_iterator(output_dir)) {
     const std::string name = entry.path().filename().string();
     const size_t at = name.find(".tmp-");
-    if (name.rfind("checkpoint-", 0) != 0 || at == std::string::npos || !entry.is_directory()) continue;
-    const std::string step = name.substr(11, at - 11);
-    if (step.empty() || !std::all_of(step.begin(), step.end(), [](unsigned char ch) { return std::isdigit(ch); }))
-      continue;
+    if (at == std::string::npos || checkpoint_step(name.substr(0, at)) < 0 || !entry.is_directory()) continue;
     const int64_t pid = pid_suffix(name, name.substr(0, at + 5));
     if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid))) continue;
     // save_checkpoint writes files only: a folder holding another folder is not one of its

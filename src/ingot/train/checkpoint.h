@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ingot/core/dir_lock.h"  // list_checkpoints
+#include "ingot/core/dir_lock.h"  // list_checkpoints, checkpoint_step
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 
