@@ -1285,7 +1285,10 @@ TEST_F(Training, ExportGenerateAndInfo) {
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/volume", &out)) << out;
   // --overwrite replaces the export's own files, an older export's extra shards and a killed
   // export's folders, and keeps the rest (a hub clone's README.md and .git); it deleted everything.
+  // A companion file this export does not write (the byte-level run has no tokenizer.json) is the
+  // user's, and stays; it used to be deleted.
   write_file(root + "/volume/README.md", "model card");
+  write_file(root + "/volume/tokenizer.json", "the user's own tokenizer");
   fs::create_directories(root + "/volume/.git");
   write_file(root + "/volume/model-00002-of-00002.safetensors", "a shard of an older, sharded export");
   fs::create_directories(root + "/volume/.export-old-12345");
@@ -1296,8 +1299,9 @@ TEST_F(Training, ExportGenerateAndInfo) {
   std::vector<std::string> names;
   for (const auto& entry : fs::directory_iterator(root + "/volume")) names.push_back(entry.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{".git", "README.md", "config.json", "model.safetensors"}))
+  EXPECT_EQ(names, (std::vector<std::string>{".git", "README.md", "config.json", "model.safetensors", "tokenizer.json"}))
       << "the old export's entries are gone, the rest stays";
+  EXPECT_EQ(read_file(root + "/volume/tokenizer.json"), "the user's own tokenizer");
   // A training run's folder or a dataset's is refused, --overwrite or not.
   for (const std::string& folder : {root + "/run", data}) {
     EXPECT_NE(0, run_command(cli() + " export " + root + "/hf " + folder + " --overwrite", &out)) << folder;
@@ -1714,6 +1718,12 @@ TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
   config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
   ASSERT_EQ(0, train(config, "run", "--set eval_steps=0", &out)) << out;
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf", &out)) << out;
+  // --overwrite replaces a companion file the export writes (beside ExportGenerateAndInfo, where
+  // one it does not write stays).
+  const std::string tokenizer = read_file(root + "/hf/tokenizer.json");
+  write_file(root + "/hf/tokenizer.json", "an older tokenizer");
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf --overwrite", &out)) << out;
+  EXPECT_EQ(read_file(root + "/hf/tokenizer.json"), tokenizer);
   fs::remove(root + "/hf/tokenizer.json");  // the weights copied without it
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf --prompt the --max-new-tokens 2", &out)) << out;
   EXPECT_NE(out.find("warning: " + root + "/hf has no tokenizer.json, so text is read and written as bytes "

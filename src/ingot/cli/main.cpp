@@ -135,16 +135,16 @@ void create_directory_whole(const fs::path& target, const std::function<void(con
   }
 }
 
-// What an export writes, and the folders a killed export leaves: --overwrite replaces these (an
-// earlier export's extra shards included) and keeps everything else, as save_pretrained does (a
-// hub clone's .git and README.md, a user's own files). It used to delete every entry.
-bool is_export_entry(const std::string& name) {
-  if (name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
-      (name.starts_with("model-") && name.ends_with(".safetensors")) || name.starts_with(".export-new-") ||
-      name.starts_with(".export-old-"))
-    return true;
-  return std::find_if(kModelCompanionFiles.begin(), kModelCompanionFiles.end(),
-                      [&](const char* companion) { return name == companion; }) != kModelCompanionFiles.end();
+// What an earlier export wrote that --overwrite must clear even where this export writes no file of
+// that name: the weights and config, whose leftovers would mix two models (an older export's extra
+// shards), and a killed export's folders. Everything else stays, as save_pretrained keeps it (a hub
+// clone's .git and README.md, a user's own files); a companion file (tokenizer.json, ...) is
+// replaced only by this export's own copy. --overwrite used to delete every entry, then every
+// companion the source lacked.
+bool is_stale_export_entry(const std::string& name) {
+  return name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" ||
+         (name.starts_with("model-") && name.ends_with(".safetensors")) || name.starts_with(".export-new-") ||
+         name.starts_with(".export-old-");
 }
 
 // Replaces an export in an existing directory, without renaming the directory itself, which may be
@@ -159,10 +159,13 @@ void replace_directory_contents(const fs::path& target, const std::function<void
   std::vector<fs::path> old_names, new_names, moved_old, moved_new;
   try {
     write(staged);
-    for (const auto& entry : fs::directory_iterator(target))
-      if (entry.path() != staged && entry.path() != aside && is_export_entry(entry.path().filename().string()))
-        old_names.push_back(entry.path().filename());
     for (const auto& entry : fs::directory_iterator(staged)) new_names.push_back(entry.path().filename());
+    for (const auto& entry : fs::directory_iterator(target)) {
+      const fs::path name = entry.path().filename();
+      if (entry.path() != staged && entry.path() != aside &&
+          (is_stale_export_entry(name.string()) || std::find(new_names.begin(), new_names.end(), name) != new_names.end()))
+        old_names.push_back(name);
+    }
     fs::create_directory(aside);
     for (const fs::path& name : old_names) fs::rename(target / name, aside / name), moved_old.push_back(name);
     for (const fs::path& name : new_names) fs::rename(staged / name, target / name), moved_new.push_back(name);
