@@ -1176,6 +1176,29 @@ TEST_F(Training, GenerateRefusesNonFiniteLogits) {
   EXPECT_NE(out.find("the weights or config.json of " + checkpoint + " give non-finite values"), std::string::npos) << out;
 }
 
+// The file system's refusals name the export and the path (they were bare "filesystem error"
+// lines), and an output name that fits is not refused for its temporary name's suffix.
+TEST_F(Training, ExportNamesWhatTheFileSystemRefuses) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  fs::create_symlink("nowhere", root + "/dangling");
+  for (const std::string& output : {root + "/dangling", root + "/dangling/sub"}) {
+    EXPECT_NE(0, run_command(cli() + " export " + root + "/run " + output, &out)) << output;
+    EXPECT_NE(out.find("export: cannot create output " + output + ": " + root +
+                       "/dangling is a symbolic link to nowhere, which does not exist"), std::string::npos) << out;
+  }
+  fs::create_symlink("loop_b", root + "/loop_a");
+  fs::create_symlink("loop_a", root + "/loop_b");
+  EXPECT_NE(0, run_command(cli() + " export " + root + "/run " + root + "/loop_a/sub", &out));
+  EXPECT_NE(out.find("error: export " + root + "/run -> " + root + "/loop_a/sub: Too many levels of symbolic links"),
+            std::string::npos) << out;
+  const std::string longest(255, 'x');  // NAME_MAX on Linux file systems
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/" + longest, &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/" + longest + "/model.safetensors"));
+  EXPECT_NE(0, run_command(cli() + " export " + root + "/run " + root + "/" + longest + "y", &out));
+  EXPECT_NE(out.find(longest + "y: File name too long"), std::string::npos) << out;
+}
+
 // A model's companion files are checked before a run trains or an export writes: a folder named
 // generation_config.json failed the first checkpoint save after all the training (leaving a partial
 // checkpoint folder), and a broken JSON file was copied into every checkpoint and export.

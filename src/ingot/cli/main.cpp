@@ -123,7 +123,12 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
 // Fills a new directory: built as TARGET.tmp-<pid> beside it and renamed into place, so a failed
 // export leaves no half directory.
 void create_directory_whole(const fs::path& target, const std::function<void(const fs::path&)>& write) {
-  const fs::path tmp = target.string() + ".tmp-" + std::to_string(::getpid());
+  // The name is shortened (at a UTF-8 boundary) where the suffix would pass the file system's
+  // 255-byte limit: an output name that fits must not fail for its temporary name.
+  const std::string suffix = ".tmp-" + std::to_string(::getpid()), name = target.filename().string();
+  size_t keep = std::min(name.size(), size_t{255} - suffix.size());
+  while (keep > 0 && keep < name.size() && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;
+  const fs::path tmp = target.parent_path() / (name.substr(0, keep) + suffix);
   fs::remove_all(tmp);
   try {
     write(tmp);
@@ -180,8 +185,29 @@ void replace_directory_contents(const fs::path& target, const std::function<void
   fs::remove_all(aside, ec);
 }
 
+// A symbolic link whose target is missing: exists() says no, and creating the name fails.
+bool is_dangling_link(const fs::path& path) {
+  std::error_code ec;
+  return fs::is_symlink(fs::symlink_status(path, ec)) && fs::status(path, ec).type() == fs::file_type::not_found;
+}
+
+void export_model(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
+                  const std::string& max_shard, bool overwrite);
+
+// The file system's refusals (a symbolic link loop, a name too long, a read-only folder) name the
+// export and the path; they were a bare "filesystem error" line.
 int command_export(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
                    const std::string& max_shard, bool overwrite) {
+  try {
+    export_model(source, out_dir, dtype_name, max_shard, overwrite);
+  } catch (const fs::filesystem_error& e) {
+    fail("export ", source, " -> ", out_dir, ": ", e.code().message(), " (", e.path1().string(), ")");
+  }
+  return 0;
+}
+
+void export_model(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
+                  const std::string& max_shard, bool overwrite) {
   INGOT_CHECK(!out_dir.empty(), "export: the output directory must not be empty");
   const std::string dir = resolve_model_dir(source);
   const ModelConfig config = load_model_config(dir);
@@ -218,8 +244,11 @@ int command_export(const std::string& source, const std::string& out_dir, const 
       !training_output_marker(target.parent_path().string()).empty())
     fail("export: output ", out_dir, " would be a checkpoint of the training run in ", target.parent_path().string(),
          " (the run's newest, for generate, info and --resume); choose another output");
-  for (fs::path up = fs::absolute(out_dir).parent_path(); !up.empty(); up = up.parent_path()) {
-    if (fs::exists(up)) {
+  for (fs::path up = fs::absolute(out_dir); !up.empty(); up = up.parent_path()) {
+    if (is_dangling_link(up))
+      fail("export: cannot create output ", out_dir, ": ", up.string(), " is a symbolic link to ",
+           fs::read_symlink(up).string(), ", which does not exist");
+    if (up != fs::absolute(out_dir) && fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
       break;
     }
@@ -246,7 +275,6 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
   else create_directory_whole(target, write_export);
   std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
-  return 0;
 }
 
 int command_prepare(data::PrepareOptions options, const std::string& tokenizer_path, const std::string& format,
