@@ -871,6 +871,16 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
 
   EXPECT_NE(0, run_command(cli() + " trian " + root + "/a_directory", &out));
   EXPECT_NE(out.find("unknown command \"trian\"; the commands are train, prepare"), std::string::npos) << out;
+  // Control bytes of what the user typed are shown escaped: an escape sequence in a path or value
+  // could clear the terminal or recolour it, and a carriage return hid the message's start.
+  for (const auto& [args, message] :
+       {std::pair{"$'tr\\e[2Jian'", "unknown command \"tr\\x1b[2Jian\""},
+        std::pair{"generate $'nowhere\\r\\e[2K'", "no such model or checkpoint: nowhere\\x0d\\x1b[2K"},
+        std::pair{"generate x --temperature $'\\e[31m1'", "--temperature: must be a finite number, got \"\\x1b[31m1\""}}) {
+    EXPECT_NE(0, run_command("bash -c \"" + cli() + " " + args + "\"", &out)) << args;
+    EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << args;
+  }
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
   EXPECT_NE(out.find("--steps must lie in [1, 1073741824], got 0"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --logits-chunk-tokens -1", &out));

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <string_view>
 #include <unistd.h>
 
 #include <yaml-cpp/exceptions.h>
@@ -118,6 +119,25 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
               << "); this is for whole rows: packed rows (SFT data with loss masks) run the backward on Ingot's "
                  "kernels, without it\n";
   return 0;
+}
+
+// An error message as the terminal should show it: control bytes of a path or value the user gave
+// (an escape sequence, a carriage return) written as \xNN, so they can neither rewrite the screen
+// nor hide the message; newlines and tabs stay, as messages use them.
+std::string printable(std::string_view message) {
+  std::string shown;
+  for (const char c : message) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) {
+      static const char kHex[] = "0123456789abcdef";
+      shown += "\\x";
+      shown += kHex[byte >> 4];
+      shown += kHex[byte & 15];
+    } else {
+      shown += c;
+    }
+  }
+  return shown;
 }
 
 // Fills a new directory: built as TARGET.tmp-<pid> beside it and renamed into place, so a failed
@@ -325,6 +345,9 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Ingot: train Llama-family language models (see README.md)", "ingot"};
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
+    return printable(CLI::FailureMessage::simple(failed, e));
+  });
   app.require_subcommand(1);
 
   auto* train = app.add_subcommand("train", "train a model from a YAML config");
@@ -446,7 +469,7 @@ int main(int argc, char** argv) {
       known = known || sub->get_name() == argv[1];
     }
     if (!known) {
-      std::cerr << "error: unknown command \"" << argv[1] << "\"; the commands are " << names
+      std::cerr << "error: unknown command \"" << printable(argv[1]) << "\"; the commands are " << names
                 << " (ingot --help)\n";
       return 2;
     }
@@ -456,7 +479,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << printable(e.what()) << "\n";
     return 2;
   }
   prep.add_special_tokens = !prep_no_special_tokens;
@@ -489,19 +512,19 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << printable(e.what()) << "\n";
     return 1;
   } catch (const YAML::Exception& e) {
-    std::cerr << "error: YAML: " << e.what() << "\n";
+    std::cerr << "error: YAML: " << printable(e.what()) << "\n";
     return 1;
   } catch (const fs::filesystem_error& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << printable(e.what()) << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "error: out of host memory\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << printable(e.what()) << "\n";
     return 1;
   }
   return 0;
