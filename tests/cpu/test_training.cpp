@@ -1757,6 +1757,9 @@ TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
   write_file(root + "/hf/tokenizer.json", "an older tokenizer");
   ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + root + "/hf --overwrite", &out)) << out;
   EXPECT_EQ(read_file(root + "/hf/tokenizer.json"), tokenizer);
+  // A BPE tokenizer reads UTF-8 only: a prompt that is not is named as the prompt.
+  EXPECT_NE(0, run_command(cli() + " generate " + root + "/hf --prompt \"$(printf 'ab\\377')\" --max-new-tokens 2", &out));
+  EXPECT_NE(out.find("generate: --prompt: tokenizer: invalid UTF-8 at byte 2 of the input text"), std::string::npos) << out;
   fs::remove(root + "/hf/tokenizer.json");  // the weights copied without it
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf --prompt the --max-new-tokens 2", &out)) << out;
   EXPECT_NE(out.find("warning: " + root + "/hf has no tokenizer.json, so text is read and written as bytes "

@@ -123,7 +123,12 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   } catch (const Error& e) {
     std::cerr << "warning: " << e.what() << " (the prompt starts without them)\n";
   }
-  const std::vector<int32_t> prompt = tokenizer->encode(o.prompt);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = tokenizer->encode(o.prompt);
+  } catch (const Error& e) {  // the tokenizer's "input text" is the prompt here
+    fail("generate: --prompt: ", e.what());
+  }
   tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   if (tokens.empty()) tokens.push_back(tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : 0);
   // (max_new_tokens clamped first: a value near 2^63 overflowed the sum.)
