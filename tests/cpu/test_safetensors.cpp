@@ -415,6 +415,22 @@ TEST_F(SafeTensorsBadInput, IndexNamesMissingShard) {
   expect_open_error(dir, {"model.safetensors.index.json", "s9.safetensors", "\"v\"", "does not exist"});
 }
 
+// Shards outside the model's folder (an absolute path, a ".." step) are refused, even when the
+// file exists and holds the tensor; a subfolder of the model's folder is fine.
+TEST_F(SafeTensorsBadInput, IndexNamesShardOutsideTheFolder) {
+  const std::string dir = path("escaping/model");
+  fs::create_directories(dir + "/sub");
+  write_raw(path("escaping/s1.safetensors"), R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  for (const std::string& shard : {std::string("../s1.safetensors"), std::string("sub/../../s1.safetensors"),
+                                   fs::absolute(path("escaping/s1.safetensors")).string()}) {
+    write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":")" + shard + R"("}})");
+    expect_open_error(dir, {"model.safetensors.index.json", "\"w\"", shard, "lies outside the model's folder"});
+  }
+  write_raw(dir + "/sub/s1.safetensors", R"({"w":)" + good_entry() + "}", std::string(8, '\0'));
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"sub/s1.safetensors"}})");
+  EXPECT_NO_THROW(SafeTensorsReader::open(dir));
+}
+
 TEST_F(SafeTensorsBadInput, IndexNamesTensorShardLacks) {
   const std::string dir = path("lacking_shard");
   fs::create_directories(dir);

@@ -471,7 +471,14 @@ struct SafeTensorsReader::Impl {
       if (!shard.is_string() || shard.get<std::string>().empty())
         fail("safetensors index ", index_path, ": weight_map entry for tensor \"", name,
              "\" must be a shard file name, got ", json_brief(shard));
-      const std::string shard_path = (dir / shard.get<std::string>()).string();
+      // A shard is a file of the model's folder: an index that reaches outside it (an absolute path,
+      // a ".." step) would read whatever file it names as weights, which a downloaded model must not.
+      const fs::path relative = fs::path(shard.get<std::string>());
+      if (relative.is_absolute() || relative.has_root_name() || relative.has_root_directory() ||
+          std::find(relative.begin(), relative.end(), fs::path("..")) != relative.end())
+        fail("safetensors index ", index_path, ": weight_map entry for tensor \"", name, "\" names shard \"",
+             relative.string(), "\", which lies outside the model's folder ", dir.string());
+      const std::string shard_path = (dir / relative).string();
       std::error_code ec;
       if (!fs::exists(shard_path, ec))
         fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name,
