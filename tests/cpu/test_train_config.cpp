@@ -129,8 +129,7 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
   EXPECT_EQ(message(std::string(kMinimal), {"learning_rate=1e-3", "weight_decay=999"}), "no error");
   // Explicit YAML tags: the key's own type, or refused (!foo was ignored, !!float 3 read as 3).
   EXPECT_NE(message(std::string(kMinimal) + "max_steps: !!float 3\n")
-                .find("bad.yaml: key \"max_steps\" must be an integer, and its value carries the YAML tag "
-                      "tag:yaml.org,2002:float"),
+                .find("bad.yaml: key \"max_steps\" must be an integer, and its value carries the YAML tag !!float"),
             std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "seed: !foo 1\n").find("its value carries the YAML tag !foo"), std::string::npos);
   EXPECT_NE(message(std::string(kMinimal) + "output_dir: !!int 3\n").find("key \"output_dir\" must be a string"),
@@ -219,6 +218,26 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
   EXPECT_FALSE(resolve_model_config(null_scaling).rope_scaling.enabled);
   const std::string octal = error_message([&] { parse_train_config(model + "  num_key_value_heads: 02\ntrain_data: d\n", "x.yaml"); });
   EXPECT_NE(octal.find("model_config.num_key_value_heads: 02 is not a plain decimal integer"), std::string::npos) << octal;
+  // Booleans read as at the top level (y/n, yes/no, on/off), and an explicit tag must fit the value,
+  // as there: !!str true is the string "true", !foo was ignored, and !!int on a real read the real.
+  const TrainConfig yes = parse_train_config(model + "  tie_word_embeddings: y\n  attention_bias: off\ntrain_data: d\n", "x.yaml");
+  EXPECT_TRUE(resolve_model_config(yes).tie_word_embeddings);
+  EXPECT_FALSE(resolve_model_config(yes).attention_bias);
+  const TrainConfig tagged = parse_train_config(
+      model + "  tie_word_embeddings: !!bool true\n  rope_theta: !!float 20000\n  num_key_value_heads: !!int 2\n"
+              "  hidden_act: !!str silu\ntrain_data: d\n", "x.yaml");
+  EXPECT_TRUE(resolve_model_config(tagged).tie_word_embeddings);
+  EXPECT_EQ(resolve_model_config(tagged).rope_theta, 20000.0);
+  EXPECT_EQ(resolve_model_config(tagged).num_key_value_heads, 2);
+  const TrainConfig as_string = parse_train_config(model + "  tie_word_embeddings: !!str true\ntrain_data: d\n", "x.yaml");
+  EXPECT_NE(error_message([&] { resolve_model_config(as_string); }).find("must be true or false, got string \"true\""),
+            std::string::npos);
+  for (const auto& [value, shown] : {std::pair{"!foo true", "the value true carries the YAML tag !foo"},
+                                     std::pair{"!!int 2.5", "the value 2.5 carries the YAML tag !!int"},
+                                     std::pair{"!!bool 1", "the value 1 carries the YAML tag !!bool"}}) {
+    const std::string m = error_message([&] { parse_train_config(model + "  rope_theta: " + value + "\ntrain_data: d\n", "x.yaml"); });
+    EXPECT_NE(m.find(std::string("x.yaml: model_config.rope_theta: ") + shown), std::string::npos) << m;
+  }
   // Given by --set, the error names the flag, not the file.
   const std::string flag = "model_config={model_type: llama, vocab_size: 257, hidden_size: 32, intermediate_size: 48, "
                            "num_hidden_layers: 1, num_attention_heads: 4, num_key_valu_heads: 2}";

@@ -110,6 +110,12 @@ void check_plain_integer(const std::string& text, const std::string& where) {
   if (!plain) fail(where, ": ", text, " is not a plain decimal integer (YAML would read it in another base); write it without a leading 0 or base prefix");
 }
 
+// A YAML tag as the user wrote it: the core schema's "tag:yaml.org,2002:float" is "!!float".
+std::string shown_tag(const std::string& tag) {
+  const std::string core = "tag:yaml.org,2002:";
+  return tag.rfind(core, 0) == 0 ? "!!" + tag.substr(core.size()) : tag;
+}
+
 nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
   switch (node.Type()) {
     case YAML::NodeType::Map: {
@@ -129,16 +135,27 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
     }
     case YAML::NodeType::Scalar: {
       const std::string text = node.Scalar();
-      if (node.Tag() == "!") return text;  // quoted: a string
+      const std::string& tag = node.Tag();
+      const std::string core = "tag:yaml.org,2002:";
+      if (tag == "!" || tag == core + "str") return text;  // quoted or !!str: a string
+      // Another explicit tag must name what the value reads as, as for the top-level keys: !foo
+      // was ignored, and !!int on a real read as the real.
+      const bool tagged = !tag.empty() && tag != "?";
       bool b;
       int64_t i;
       double d;
-      if (YAML::convert<bool>::decode(node, b) && text != "y" && text != "n") return b;
-      if (YAML::convert<int64_t>::decode(node, i)) {
+      const bool is_bool = YAML::convert<bool>::decode(node, b), is_int = YAML::convert<int64_t>::decode(node, i);
+      const bool is_real = YAML::convert<double>::decode(node, d);
+      if (tagged && !(tag == core + "bool" && is_bool) && !(tag == core + "int" && is_int && !is_bool) &&
+          !(tag == core + "float" && is_real && !is_bool))
+        fail(where, ": the value ", text, " carries the YAML tag ", shown_tag(tag), ", which does not fit it (!!str, !!bool, "
+             "!!int and !!float are read)");
+      if (is_bool) return b;  // y/n, yes/no and on/off too, as at the top level
+      if (is_int && tag != core + "float") {
         check_plain_integer(text, where);
         return i;
       }
-      if (YAML::convert<double>::decode(node, d)) {
+      if (is_real) {
         // JSON has no inf or nan: they would turn into null and then into the key's default.
         if (!std::isfinite(d)) fail(where, " must be a finite number, got ", text);
         return d;
@@ -177,7 +194,7 @@ T scalar_as(const YAML::Node& node, const std::string& key, const std::string& s
                       : std::is_integral_v<T>       ? tag == core + "int"
                       : std::is_floating_point_v<T> ? tag == core + "float" || tag == core + "int"
                                                     : false;
-    if (!fits) fail(source, ": key \"", key, "\" must be ", type_name, ", and its value carries the YAML tag ", tag);
+    if (!fits) fail(source, ": key \"", key, "\" must be ", type_name, ", and its value carries the YAML tag ", shown_tag(tag));
   }
   try {
     const T value = node.as<T>();
