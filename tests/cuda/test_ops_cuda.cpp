@@ -252,6 +252,33 @@ TEST_F(CudaOps, Embedding) {
   }
 }
 
+// Ids as padded rows give them: one id (padding, 0) for most of the batch, in a run that spans 40
+// of the backward's 64-row chunks and ends exactly at a chunk edge, another long run, short runs,
+// and N not a multiple of 64. Compared with the CPU twin, and bit for bit with itself.
+TEST_F(CudaOps, EmbeddingBackwardFrequentId) {
+  for (int64_t C : {64, 36}) {
+    const int64_t V = 50, N = 4100;
+    std::vector<int32_t> ids = randint(N, 1, int32_t(V), 31);  // 840 short runs after the two below
+    std::fill(ids.begin(), ids.begin() + 2560, 0);
+    std::fill(ids.begin() + 2560, ids.begin() + 3260, 5);
+    std::shuffle(ids.begin(), ids.end(), std::mt19937(34));
+    const Floats dout = randn(N * C, 32), dtable0 = randn(V * C, 33);
+    HostI32 cids(ids, {N});
+    HostF32 cdout(dout, {N, C}), cdtable(dtable0, {V, C});
+    ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t);
+    Tensor gids = upload_i32(ids, {N});
+    Tensor gdout = upload(dout, DType::bf16, {N, C});
+    for (DType dt : {DType::f32, DType::bf16}) {
+      Tensor first = upload(dtable0, dt, {V, C}), second = upload(dtable0, dt, {V, C});
+      ops::embedding_backward(gpu, first, gdout, gids);
+      ops::embedding_backward(gpu, second, gdout, gids);
+      EXPECT_TRUE(close(download(first), cdtable.v, dt == DType::f32 ? kTolGradF32 : kTolBf16,
+                        "embedding_backward, 90% one id, C=" + std::to_string(C) + " " + std::string(dtype_name(dt))));
+      EXPECT_TRUE(download_bytes(first) == download_bytes(second)) << "two runs differ, C=" << C;
+    }
+  }
+}
+
 // ---- RMSNorm ----------------------------------------------------------------------------------
 
 TEST_F(CudaOps, RmsNorm) {
@@ -1356,6 +1383,32 @@ TEST_F(CudaPerf, NormRopeShapes) {
         const int k = i++ % K;
         ops::copy(gpu, x32[k], y[k]);
       }));
+    }
+  }
+}
+
+// The embedding backward at the LM shapes, for ids spread over the vocabulary, for padded rows
+// (documents of ~500 tokens in rows of 4096: 88% of the ids are the padding id 0) and for one id
+// everywhere. f32 dtable (the default recipe's gradients), bf16 dout.
+TEST_F(CudaPerf, EmbeddingBackward) {
+  const int64_t N = 16384;
+  std::printf("Ingot embedding_backward on %s, N=%ld, f32 dtable, bf16 dout (median of 10 after 3 warm-ups)\n",
+              cuda::device_name().c_str(), long(N));
+  struct Shape {
+    const char* name;
+    int64_t C, V;
+  };
+  for (const Shape& m : {Shape{"Llama-3.2-1B", 2048, 128256}, Shape{"Qwen2.5-0.5B", 896, 151936}}) {
+    Tensor dout = random_device(DType::bf16, {N, m.C}, 2000);
+    Tensor dtable = alloc(DType::f32, {m.V, m.C});
+    for (const auto& [label, padding_share] : {std::pair{"ids spread", 0.0}, std::pair{"padded rows, 88% id 0", 0.88},
+                                               std::pair{"one id", 1.0}}) {
+      std::vector<int32_t> ids = randint(N, 1, int32_t(m.V), 2001);
+      for (int64_t i = 0; i < N; ++i)
+        if ((i % 4096) >= int64_t((1.0 - padding_share) * 4096)) ids[size_t(i)] = 0;
+      Tensor gids = upload_i32(ids, {N});
+      const double ms = time_ms([&] { ops::embedding_backward(gpu, dtable, dout, gids); });
+      std::printf("  %-14s %-24s %9.3f ms\n", m.name, label, ms);
     }
   }
 }

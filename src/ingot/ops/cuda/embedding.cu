@@ -1,9 +1,11 @@
 // Token embedding. out (N,C) = table (V,C)[ids (N)]; dtable (V,C) += scatter of dout (N,C).
 // Invariants:
 //   - The backward is deterministic: ids are stably radix-sorted with their token indices (cub),
-//     then one block per run of equal ids sums its dout rows in token order in f32 and adds the
-//     sum into dtable once. No float atomics. A token that repeats k times costs one block k row
-//     reads (a very frequent id serialises on one SM; acceptable at LLM batch sizes).
+//     and the sorted positions are cut into chunks of kRowsPerChunk. Each chunk sums each run of
+//     equal ids it holds in token order in f32; a run inside one chunk is added into dtable by that
+//     chunk, and a run that spans chunks leaves one partial sum per chunk, which a second kernel
+//     adds up in chunk order. No float atomics, and no block sums more than a chunk's rows: a very
+//     frequent id (padding, in padded rows most of the batch) used to serialise on one block.
 //   - An id outside [0, V) yields a NaN row in the forward (visible in the loss) and is skipped in
 //     the backward: a device kernel cannot throw.
 #include <cub/device/device_radix_sort.cuh>
@@ -42,36 +44,94 @@ __global__ void embedding_iota_kernel(int32_t* index, int64_t N) {
     index[i] = static_cast<int32_t>(i);
 }
 
-// grid (N): block b works only if sorted position b starts a run of equal ids. Threads stride
-// over the row's VEC-chunks; each sums the run's rows in sorted (= token) order.
-template <int VEC, typename TD, typename TG>
-__global__ void embedding_backward_kernel(TD* dtable, const TG* dout, const int32_t* sorted_ids,
-                                          const int32_t* sorted_index, int64_t N, int64_t C,
-                                          int64_t V) {
-  const int64_t start = blockIdx.x;
-  const int32_t id = sorted_ids[start];
-  if (start > 0 && sorted_ids[start - 1] == id) return;
-  if (id < 0 || id >= V) return;
-  int64_t end = start + 1;
-  while (end < N && sorted_ids[end] == id) ++end;
-  for (int64_t c = int64_t(threadIdx.x) * VEC; c < C; c += int64_t(blockDim.x) * VEC) {
-    float acc[VEC];
+constexpr int64_t kRowsPerChunk = 64;
+
+// Adds the dout rows rows[0, count) (token indices, in token order) into acc, for the VEC columns
+// from c.
+template <int VEC, typename TG>
+__device__ void sum_rows(float (&acc)[VEC], const TG* dout, const int32_t* rows, int64_t count, int64_t C,
+                         int64_t c) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) acc[k] = 0.f;
-    for (int64_t j = start; j < end; ++j) {
-      float g[VEC];
-      load_vec<VEC>(dout + int64_t(sorted_index[j]) * C + c, g);
+  for (int k = 0; k < VEC; ++k) acc[k] = 0.f;
+#pragma unroll 4
+  for (int64_t j = 0; j < count; ++j) {
+    float g[VEC];
+    load_vec<VEC>(dout + int64_t(rows[j]) * C + c, g);
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) acc[k] += g[k];
-    }
-    float d[VEC];
-    load_vec<VEC>(dtable + int64_t(id) * C + c, d);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) d[k] += acc[k];
-    store_vec<VEC>(dtable + int64_t(id) * C + c, d);
+    for (int k = 0; k < VEC; ++k) acc[k] += g[k];
   }
 }
 
+template <int VEC, typename TD>
+__device__ void add_into(TD* row, const float (&acc)[VEC]) {
+  float d[VEC];
+  load_vec<VEC>(row, d);
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) d[k] += acc[k];
+  store_vec<VEC>(row, d);
+}
+
+// grid (chunks): chunk b holds sorted positions [b K, b K + K). Each run of equal ids in it is
+// summed; a run wholly inside the chunk goes into dtable, a piece of a longer run into
+// partials (chunks, 2, C): slot 0 for the piece that continues a run from the chunk before,
+// slot 1 for the piece that starts a run going on into the next chunk. The chunk's ids and token
+// indices are staged in shared memory first: with ids spread over the vocabulary every run is one
+// row, and the block walks 64 of them one after another.
+template <int VEC, typename TD, typename TG>
+__global__ void embedding_backward_chunks_kernel(TD* dtable, float* partials, const TG* dout,
+                                                 const int32_t* sorted_ids, const int32_t* sorted_index,
+                                                 int64_t N, int64_t C, int64_t V) {
+  __shared__ int32_t ids[kRowsPerChunk], rows[kRowsPerChunk];
+  const int64_t begin = blockIdx.x * kRowsPerChunk, n = min(N - begin, kRowsPerChunk);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    ids[j] = sorted_ids[begin + j];
+    rows[j] = sorted_index[begin + j];
+  }
+  __syncthreads();
+  const bool first_continues = begin > 0 && sorted_ids[begin - 1] == ids[0];
+  const bool last_continues = begin + n < N && sorted_ids[begin + n] == ids[n - 1];
+  for (int64_t s = 0; s < n;) {
+    const int32_t id = ids[s];
+    int64_t e = s + 1;
+    while (e < n && ids[e] == id) ++e;
+    const bool from_before = s == 0 && first_continues, into_next = e == n && last_continues;
+    if (id >= 0 && id < V) {
+      for (int64_t c = int64_t(threadIdx.x) * VEC; c < C; c += int64_t(blockDim.x) * VEC) {
+        float acc[VEC];
+        sum_rows<VEC>(acc, dout, rows + s, e - s, C, c);
+        if (from_before || into_next)
+          store_vec<VEC>(partials + (int64_t(blockIdx.x) * 2 + (from_before ? 0 : 1)) * C + c, acc);
+        else
+          add_into<VEC>(dtable + int64_t(id) * C + c, acc);
+      }
+    }
+    s = e;
+  }
+}
+
+// grid (chunks): chunk b owns the run that starts in it and goes on into the next chunk, if any,
+// and adds that run's partial sums into dtable in chunk order.
+template <int VEC, typename TD>
+__global__ void embedding_backward_runs_kernel(TD* dtable, const float* partials, const int32_t* sorted_ids,
+                                               int64_t N, int64_t C, int64_t V) {
+  const int64_t begin = blockIdx.x * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
+  const int32_t id = sorted_ids[end - 1];
+  const bool into_next = end < N && sorted_ids[end] == id;
+  const bool started_before = sorted_ids[begin] == id && begin > 0 && sorted_ids[begin - 1] == id;
+  if (!into_next || started_before || id < 0 || id >= V) return;
+  for (int64_t c = int64_t(threadIdx.x) * VEC; c < C; c += int64_t(blockDim.x) * VEC) {
+    float acc[VEC], piece[VEC];
+    load_vec<VEC>(partials + (int64_t(blockIdx.x) * 2 + 1) * C + c, acc);
+    for (int64_t chunk = blockIdx.x + 1;; ++chunk) {  // each later chunk's slot 0, while the run goes on
+      load_vec<VEC>(partials + (chunk * 2) * C + c, piece);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) acc[k] += piece[k];
+      const int64_t chunk_end = min(N, (chunk + 1) * kRowsPerChunk);
+      if (!(sorted_ids[chunk_end - 1] == id && chunk_end < N && sorted_ids[chunk_end] == id)) break;
+    }
+    add_into<VEC>(dtable + int64_t(id) * C + c, acc);
+  }
+}
 }  // namespace
 
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
@@ -116,27 +176,28 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
   if (N == 0) return;
   INGOT_CHECK(N < (int64_t(1) << 31), op, ": ", N, " tokens exceed the i32 index range");
 
-  // Scratch layout: sorted ids (N) | index in (N) | sorted index (N) | cub temp storage.
+  // Scratch layout: sorted ids (N) | index in (N) | sorted index (N) | partials (chunks, 2, C) f32 |
+  // cub temp storage.
   size_t temp_bytes = 0;
   INGOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
                                                    static_cast<int32_t*>(nullptr),
                                                    static_cast<const int32_t*>(nullptr),
                                                    static_cast<int32_t*>(nullptr), int(N), 0, 32,
                                                    state.stream));
-  const int64_t slot = ceil_div(N * 4, 256) * 256;
-  char* scratch = static_cast<char*>(scratch_buffer(state, 3 * slot + int64_t(temp_bytes), op));
+  const int64_t chunks = ceil_div(N, kRowsPerChunk);
+  const int64_t slot = ceil_div(N * 4, 256) * 256, partial_bytes = ceil_div(chunks * 2 * C * 4, 256) * 256;
+  char* scratch = static_cast<char*>(scratch_buffer(state, 3 * slot + partial_bytes + int64_t(temp_bytes), op));
   int32_t* sorted_ids = reinterpret_cast<int32_t*>(scratch);
   int32_t* index = reinterpret_cast<int32_t*>(scratch + slot);
   int32_t* sorted_index = reinterpret_cast<int32_t*>(scratch + 2 * slot);
-  void* temp = scratch + 3 * slot;
-
+  float* partials = reinterpret_cast<float*>(scratch + 3 * slot);
+  void* temp = scratch + 3 * slot + partial_bytes;
   embedding_iota_kernel<<<grid_for(N, 256, state), 256, 0, state.stream>>>(index, N);
   INGOT_LAUNCH_CHECK("embedding_iota_kernel");
   // LSD radix sort is stable: equal ids keep token order, which makes the sum order fixed.
   INGOT_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, ids.ptr<const int32_t>(), sorted_ids,
                                                    static_cast<const int32_t*>(index), sorted_index,
                                                    int(N), 0, 32, state.stream));
-
   const bool vec = C % 8 == 0 && aligned16(dtable.data) && aligned16(dout.data);
   dispatch_float(dtable.dtype, op, [&](auto d_tag) {
     using TD = decltype(d_tag);
@@ -144,13 +205,19 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
       using TG = decltype(g_tag);
       constexpr int threads = 256;
       if (vec) {
-        embedding_backward_kernel<8, TD, TG><<<unsigned(N), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
+        embedding_backward_chunks_kernel<8, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
+            dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
+        INGOT_LAUNCH_CHECK("embedding_backward_chunks_kernel");
+        embedding_backward_runs_kernel<8, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
+            dtable.ptr<TD>(), partials, sorted_ids, N, C, V);
       } else {
-        embedding_backward_kernel<1, TD, TG><<<unsigned(N), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
+        embedding_backward_chunks_kernel<1, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
+            dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
+        INGOT_LAUNCH_CHECK("embedding_backward_chunks_kernel");
+        embedding_backward_runs_kernel<1, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
+            dtable.ptr<TD>(), partials, sorted_ids, N, C, V);
       }
-      INGOT_LAUNCH_CHECK("embedding_backward_kernel");
+      INGOT_LAUNCH_CHECK("embedding_backward_runs_kernel");
     });
   });
 }
