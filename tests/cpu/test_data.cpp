@@ -640,14 +640,41 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
   o.overwrite = true;
   EXPECT_EQ(prepare_dataset(o, tok).num_tokens, 20);
 
-  // Overwriting sets the old dataset aside before the new one moves in. It used to delete the old
-  // files first: a non-empty directory named like a shard made that throw, and the old dataset
-  // was half gone while the complete new one was discarded.
+  // Only prepare's own files are a dataset's: a folder under a shard's name, a .bin file under
+  // another name (training would read it) and a meta.json of another kind are the user's, and
+  // refused by name, --overwrite or not. --overwrite deleted them (a folder with what it held).
+  const std::string before = test::read_file(dir + "/out/meta.json");
   fs::create_directories(dir + "/out/train-00009.bin/notes");
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); })
+                .find("prepare: output directory " + dir + "/out holds train-00009.bin, which is not a file, under a "
+                      "name the dataset's files take; move it"),
+            std::string::npos);
+  EXPECT_TRUE(fs::exists(dir + "/out/train-00009.bin/notes"));
+  fs::remove_all(dir + "/out/train-00009.bin");
+  write_text(dir + "/out/weights.bin", "the user's");
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); })
+                .find("holds weights.bin, which is no shard of a prepared dataset, but which training on the folder "
+                      "would read as one"),
+            std::string::npos);
+  EXPECT_EQ(test::read_file(dir + "/out/weights.bin"), "the user's");
+  fs::remove(dir + "/out/weights.bin");
+  write_text(dir + "/other/meta.json", "{\"mine\": 1}");
+  write_text(dir + "/other/notes.txt", "kept");
+  o.output_dir = dir + "/other";
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); }).find("holds a meta.json that no `ingot prepare` wrote"),
+            std::string::npos);
+  EXPECT_EQ(test::read_file(dir + "/other/meta.json"), "{\"mine\": 1}");
+  o.output_dir = dir + "/out";
+  EXPECT_EQ(test::read_file(dir + "/out/meta.json"), before);
+  // Overwriting sets the old dataset aside before the new one moves in (it used to delete the old
+  // files first, and a failure midway lost both), and keeps what is not the dataset's.
+  fs::create_directories(dir + "/out/shards-backup.bin/notes");  // a folder: training skips it
+  write_text(dir + "/out/notes.txt", "kept");
   EXPECT_EQ(prepare_dataset(o, tok).num_tokens, 20);
   EXPECT_TRUE(fs::is_regular_file(dir + "/out/meta.json"));
   EXPECT_EQ(Shard(dir + "/out/train-00000.bin").num_tokens(), 20u);
-  EXPECT_FALSE(fs::exists(dir + "/out/train-00009.bin"));
+  EXPECT_TRUE(fs::exists(dir + "/out/shards-backup.bin/notes"));
+  EXPECT_EQ(test::read_file(dir + "/out/notes.txt"), "kept");
   for (const auto& entry : fs::directory_iterator(dir + "/out"))  // no staging folder left
     EXPECT_EQ(entry.path().filename().string().rfind(".prepare-", 0), std::string::npos) << entry.path();
 }
@@ -815,13 +842,16 @@ TEST(DataPrepare, ForeignTokenizerFileInTheOutputIsKept) {
   EXPECT_EQ(test::read_file(dir + "/out/tokenizer.json"), test::read_file(fixture));
   EXPECT_FALSE(fs::exists(dir + "/out/tokenizer_config.json"));
 
-  // A meta.json that is not prepare's claims no tokenizer files (a model folder's, say).
+  // A meta.json that is not prepare's (a model folder's, say) is the user's: refused by name,
+  // --overwrite or not, and kept with the folder's tokenizer.json. It used to be replaced.
   fs::create_directories(dir + "/model");
   write_text(dir + "/model/tokenizer.json", "{}");
   write_text(dir + "/model/meta.json", "{\"tokenizer\": \"meta-llama/Llama-3.2-1B\"}");
   o.output_dir = dir + "/model";
-  prepare_dataset(o, bytes);
+  EXPECT_NE(error_of([&] { prepare_dataset(o, bytes); }).find("holds a meta.json that no `ingot prepare` wrote"),
+            std::string::npos);
   EXPECT_EQ(test::read_file(dir + "/model/tokenizer.json"), "{}");
+  EXPECT_EQ(test::read_file(dir + "/model/meta.json"), "{\"tokenizer\": \"meta-llama/Llama-3.2-1B\"}");
 }
 
 // Chat data carries the tokenizer_config.json of the template that rendered it, not the one beside

@@ -176,15 +176,30 @@ class ShardSink {
   std::unique_ptr<ShardWriter> writer_;
 };
 
+// Whether dir/meta.json is one `ingot prepare` wrote ("format": "ingot-token-shards").
+bool is_prepare_meta(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return false;
+  const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
+  return meta.is_object() && meta.contains("format") && meta["format"] == "ingot-token-shards";
+}
+
+// The names prepare gives its shards (train-<digits>.bin) and their temporary names.
+bool is_shard_name(const std::string& name) {
+  const std::string prefix = "train-";
+  const size_t digits_end = name.find_first_not_of("0123456789", prefix.size());
+  return name.rfind(prefix, 0) == 0 && digits_end != prefix.size() && digits_end != std::string::npos &&
+         (name.compare(digits_end, std::string::npos, ".bin") == 0 ||
+          name.compare(digits_end, std::string::npos, ".bin.tmp") == 0);
+}
+
 // The tokenizer files the dataset in dir brought with it: those its meta.json lists in
 // "tokenizer_files" (since 2026-12-01); for an older BPE dataset, any of kTokenizerFilesBesideShards
 // (prepare copied them); none for a byte-level one or without meta.json. A tokenizer file in dir
 // that is not one of these is someone else's (a model's folder), and no prepare moves it.
 std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(dir / "meta.json", ec)) return {};
+  if (!is_prepare_meta(dir)) return {};
   const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
-  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "ingot-token-shards") return {};  // not prepare's
   std::set<std::string> names;
   if (meta.contains("tokenizer_files") && meta["tokenizer_files"].is_array()) {
     for (const nlohmann::json& name : meta["tokenizer_files"])
@@ -196,18 +211,45 @@ std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
 }
 
 // The files of an earlier dataset in dir: shards, meta.json and its tokenizer files (a byte-level
-// --overwrite left a BPE dataset's tokenizer.json behind, which checkpoints then carried).
+// --overwrite left a BPE dataset's tokenizer.json behind, which checkpoints then carried). Files
+// only, under prepare's own names, and meta.json only if prepare wrote it: --overwrite used to
+// take any train-*.bin (a folder too, with what it held) and any meta.json for a dataset's.
 std::vector<fs::path> dataset_files(const fs::path& dir) {
   std::vector<fs::path> files;
   const std::set<std::string> tokenizer_files = dataset_tokenizer_files(dir);
+  const bool prepare_meta = is_prepare_meta(dir);
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (name == "meta.json" || name == "meta.json.tmp" ||
-        (name.rfind("train-", 0) == 0 && (name.ends_with(".bin") || name.ends_with(".bin.tmp"))) ||
-        tokenizer_files.contains(name))
+    if (entry.is_regular_file(ec) && ((name == "meta.json" && prepare_meta) || name == "meta.json.tmp" ||
+                                      is_shard_name(name) || tokenizer_files.contains(name)))
       files.push_back(entry.path());
   }
   return files;
+}
+
+// What in dir a dataset written there would collide with, or a training run on dir would take
+// for part of it, and that no prepare wrote: a meta.json of another kind, a folder under a
+// shard's or meta.json's name, a .bin file under another name (training reads every *.bin file
+// of a data folder). Named, so that the user moves it; nothing of the user's is replaced.
+void refuse_foreign_entries(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool regular = entry.is_regular_file(ec);
+    std::string why;
+    if (name == "meta.json" && !is_prepare_meta(dir))
+      why = regular ? "a meta.json that no `ingot prepare` wrote (it lacks \"format\": \"ingot-token-shards\"), "
+                      "which the dataset's would replace"
+                    : "a meta.json that is not a file, where the dataset's goes";
+    else if ((name == "meta.json.tmp" || is_shard_name(name)) && !regular)
+      why = name + ", which is not a file, under a name the dataset's files take";
+    else if (regular && entry.path().extension() == ".bin" && !is_shard_name(name))
+      why = name + ", which is no shard of a prepared dataset, but which training on the folder would read as one "
+                   "(it reads every *.bin file)";
+    if (!why.empty())
+      fail("prepare: output directory ", dir.string(), " holds ", why, "; move it, or choose another directory");
+  }
 }
 
 // The tokenizer files the new dataset carries: (source, name in the dataset). For chat data the
@@ -253,6 +295,7 @@ fs::path check_output(const PrepareOptions& options) {
   if (ec) fail("prepare: cannot create output directory ", dir.string(), ": ", ec.message());
   // First: a note about a dataset a killed prepare set aside comes before any refusal below.
   tidy_killed_staging(dir, options.log);
+  refuse_foreign_entries(dir);
   const std::vector<fs::path> old = dataset_files(dir);
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", old.size(),
