@@ -960,6 +960,22 @@ TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find(file + ":2"), std::string::npos) << msg;
   EXPECT_NE(msg.find("body"), std::string::npos) << msg;
+
+  // A number beyond a double's range aborted with nlohmann's bare message, which
+  // --skip-invalid-json did not skip; the parser took a NUL byte for the end of the line and
+  // dropped the record after it.
+  o.text_field = "text";
+  write_text(file, std::string("{\"text\": \"a\", \"n\": 1e400}\n{\"text\": \"b\"}\0{\"text\": \"c\"}\n{\"text\": \"d\"}\n", 68));
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find(file + ":1: invalid JSON (number overflow parsing '1e400')"), std::string::npos) << msg;
+  o.skip_invalid_json = true;
+  const PrepareReport skipped = prepare_dataset(o, tok);
+  EXPECT_EQ(skipped.skipped_json_lines, 2);
+  EXPECT_EQ(skipped.num_documents, 1);  // "d"
+  o.skip_invalid_json = false;
+  write_text(file, std::string("{\"text\": \"b\"}\0{\"text\": \"c\"}\n", 28));
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find(file + ":1: invalid JSON (a NUL byte at column 14)"), std::string::npos) << msg;
 }
 
 // --text-field names a JSON Lines field; where no input is JSON Lines it was ignored, and docs.json

@@ -584,8 +584,9 @@ class DocumentEncoder {
   int64_t pending_bytes_ = 0;
 };
 
-// "invalid JSON (...)" with nlohmann's reason, naming invalid UTF-8 as such.
-std::string describe_parse_error(const nlohmann::json::parse_error& e) {
+// "invalid JSON (...)" with nlohmann's reason, naming invalid UTF-8 as such (a number beyond a
+// double's range is an out_of_range error, not a parse_error).
+std::string describe_parse_error(const nlohmann::json::exception& e) {
   std::string what = e.what();
   if (const size_t at = what.find("] "); at != std::string::npos) what = what.substr(at + 2);
   if (what.find("UTF-8") != std::string::npos) return "invalid UTF-8 in a JSON string (" + what + ")";
@@ -732,10 +733,16 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           const std::string where = name + ":" + std::to_string(line_number);
           std::string problem;
           nlohmann::json record;
-          try {
-            record = nlohmann::json::parse(line);
-          } catch (const nlohmann::json::parse_error& e) {
-            problem = describe_parse_error(e);
+          // The parser stops at a NUL byte as at the end of the input: what followed one was
+          // dropped without a word. JSON has no raw NUL, in a string or outside one.
+          if (const size_t nul = line.find('\0'); nul != std::string::npos) {
+            problem = "invalid JSON (a NUL byte at column " + std::to_string(nul + 1) + ")";
+          } else {
+            try {
+              record = nlohmann::json::parse(line);
+            } catch (const nlohmann::json::exception& e) {
+              problem = describe_parse_error(e);
+            }
           }
           if (!problem.empty()) {
             // reported below
