@@ -395,8 +395,12 @@ struct StagingDir {
       throw;
     }
     committed = true;
+    // The old dataset goes. Renamed first: a prepare killed while deleting it leaves no old/
+    // (which the next prepare and the loader take for a whole dataset set aside, to be moved
+    // back), only a partial output, which the next prepare removes.
     std::error_code ec;
-    fs::remove_all(path, ec);  // the old dataset; what a failure here leaves is hidden and inert
+    fs::rename(old_dir, path / "discarded", ec);
+    fs::remove_all(path, ec);  // what a failure here leaves is hidden and inert
   }
 };
 
