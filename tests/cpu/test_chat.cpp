@@ -495,4 +495,10 @@ TEST(PrepareChat, TextDocumentsEndWithTheChosenEosToken) {
   o.eos_token = "<|no_such_token|>";
   const std::string msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find("eos_token \"<|no_such_token|>\" is not a token of"), std::string::npos) << msg;
+  // An ordinary token is refused: text holding it would end a document there. It was accepted.
+  o.eos_token = "a";
+  ASSERT_GE(tok.token_to_id("a"), 0);
+  const std::string ordinary = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(ordinary.find("eos_token \"a\" is an ordinary token of"), std::string::npos) << ordinary;
+  EXPECT_NE(ordinary.find("give a special token (the tokenizer's own is \"<|eot_id|>\")"), std::string::npos) << ordinary;
 }

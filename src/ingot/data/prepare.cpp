@@ -678,6 +678,12 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(bpe, "prepare: eos_token \"", options.eos_token, "\" needs a tokenizer.json tokenizer, not ", tokenizer.name());
     eos_id = bpe->token_to_id(options.eos_token);
     INGOT_CHECK(eos_id >= 0, "prepare: eos_token \"", options.eos_token, "\" is not a token of ", tokenizer.name());
+    // An ordinary token (a word, a letter) at every document's end could not be told from the
+    // text's own: the boundaries the loader packs and masks by would be invisible.
+    INGOT_CHECK(bpe->is_special(eos_id), "prepare: eos_token \"", options.eos_token, "\" is an ordinary token of ",
+                tokenizer.name(), ", not one of its special tokens, so a document's end could not be told from text "
+                "that holds it; give a special token", tokenizer.eos_id() >= 0 ? " (the tokenizer's own is \"" +
+                bpe->id_to_token(tokenizer.eos_id()) + "\")" : std::string());
   }
   if (!chat)
     INGOT_CHECK(eos_id >= 0, "prepare: the tokenizer has no end-of-text token to separate documents (eos_token in "
