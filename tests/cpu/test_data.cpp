@@ -702,6 +702,35 @@ TEST(DataPrepare, FortuneSeparatorSplitsDocuments) {
   EXPECT_EQ(tok.decode(tokens), "one\ntwo\n<|endoftext|>three\n<|endoftext|>four<|endoftext|>");
 }
 
+// A separator with a line break could never match (lines are compared one at a time), one given
+// only JSON Lines inputs was ignored, and a byte-order mark hid a separator on the first line and
+// started the first document.
+TEST(DataPrepare, DocSeparatorChecksAndByteOrderMark) {
+  const std::string dir = test::temp_dir("prepare_separator_checks");
+  write_text(dir + "/bom.txt", "\xEF\xBB\xBF%\nA\n%\nB\n");
+  write_text(dir + "/d.jsonl", "{\"text\": \"x\"}\n");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/bom.txt"};
+  o.output_dir = dir + "/out";
+  o.doc_separator = "%\n%";
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); }).find("--doc-separator \"%\n%\" holds a line break"),
+            std::string::npos);
+  o.doc_separator = "%";
+  o.inputs = {dir + "/d.jsonl"};
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); })
+                .find("--doc-separator applies to plain-text inputs, and every input is JSON Lines (" + dir + "/d.jsonl)"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+  o.inputs = {dir + "/bom.txt", dir + "/d.jsonl"};  // one plain-text input is enough
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 3);
+  Shard s(dir + "/out/train-00000.bin");
+  std::vector<int32_t> tokens(s.num_tokens());
+  s.read_tokens(0, s.num_tokens(), tokens.data());
+  EXPECT_EQ(tok.decode(tokens), "A\n<|endoftext|>B\n<|endoftext|>x<|endoftext|>");
+}
+
 TEST(DataPrepare, JsonlTextFieldAndShardSplitting) {
   const std::string dir = test::temp_dir("prepare_jsonl");
   write_text(dir + "/data.jsonl",

@@ -697,6 +697,16 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     fail("prepare: --text-field ", options.text_field, " applies to JSON Lines inputs (*.jsonl, *.ndjson), and none of "
          "the inputs is one (", files.empty() ? std::string("none found") : files.front().path.string(),
          files.size() > 1 ? " and others" : "", " would be read as plain text); name JSON Lines files .jsonl");
+  // A separator line is matched against plain-text files only, one line at a time.
+  if (!options.doc_separator.empty()) {
+    INGOT_CHECK(options.doc_separator.find_first_of("\r\n") == std::string::npos, "prepare: --doc-separator \"",
+                options.doc_separator, "\" holds a line break, and is matched against one line at a time: it could "
+                "never match; give the separator line itself");
+    if (!files.empty() && std::all_of(files.begin(), files.end(), [](const InputFile& f) { return is_jsonl(f.path); }))
+      fail("prepare: --doc-separator applies to plain-text inputs, and every input is JSON Lines (",
+           files.front().path.string(), files.size() > 1 ? " and others" : "",
+           "), where each line is a document; leave it out");
+  }
   const CreatedOutputDir created_output{options.output_dir, check_output(options)};
   StagingDir staging(options.output_dir);
   PrepareOptions staged = options;  // every file is written into the staging folder
@@ -808,7 +818,10 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         continue;
       }
 
-      const std::string content = read_file(input.path);
+      std::string content = read_file(input.path);
+      // A UTF-8 byte-order mark marks the encoding, not text: it would start the first document,
+      // and hide a separator on the first line.
+      if (content.starts_with("\xEF\xBB\xBF")) content.erase(0, 3);
       if (input.from_directory && content.find('\0') != std::string::npos) {
         if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
         progress.advance(static_cast<int64_t>(content.size()));
