@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -75,7 +76,11 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
     const int64_t without = attention_scratch(m.attention, 0);
     const int64_t with = attention_scratch(m.attention, std::numeric_limits<int64_t>::max());
     m.attention_workspace = with - without;
-    m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes + with;
+    // The scratch buffer is shared, as large as its largest user. The embedding backward's (its
+    // partial sums, ~N C / 8 bytes) can pass the attention's when the attention runs without a
+    // workspace: charged where it does, at the most by what the attention always takes.
+    const int64_t embedding = cuda::embedding_backward_scratch_bytes(micro_batch * seq_len, config.hidden_size);
+    m.scratch = cuda::kCublasLtWorkspaceBytes + cuda::kScratchSlackBytes + with + std::max<int64_t>(0, embedding - without);
   }
 #endif
   return m;

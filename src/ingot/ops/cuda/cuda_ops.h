@@ -12,6 +12,9 @@ void copy(Context& ctx, Tensor dst, Tensor src);
 void add_inplace(Context& ctx, Tensor x, Tensor y);
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table);
 void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids);
+// An upper bound on the scratch embedding_backward takes for N ids of rows of C, for the memory
+// plan: computed on the host without a device (cub's sort storage bounded, not queried).
+int64_t embedding_backward_scratch_bytes(int64_t N, int64_t C);
 // The longest row the RMSNorm kernels take: 8 elements a thread of a 256-thread block, 8 at a time
 // (16-byte loads) where the row is a multiple of 8 elements, else one at a time.
 constexpr int64_t rmsnorm_max_row_length(int64_t C) { return C % 8 == 0 ? 16384 : 2048; }

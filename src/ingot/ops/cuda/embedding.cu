@@ -163,6 +163,21 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
   });
 }
 
+namespace {
+// The scratch before cub's storage: sorted ids, token indices in and sorted (N each) | partials
+// (chunks, 2, C) f32; each part 256-byte aligned.
+int64_t embedding_scratch_before_sort(int64_t N, int64_t C) {
+  const int64_t slot = ceil_div(N * 4, 256) * 256;
+  return 3 * slot + ceil_div(ceil_div(N, kRowsPerChunk) * 2 * C * 4, 256) * 256;
+}
+}  // namespace
+
+int64_t embedding_backward_scratch_bytes(int64_t N, int64_t C) {
+  // cub's radix sort of N (key, value) pairs of 4 bytes keeps a second copy of each and a few
+  // histograms: 8 N bytes and 1 MiB bound it.
+  return embedding_scratch_before_sort(N, C) + 8 * N + (int64_t(1) << 20);
+}
+
 void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
   constexpr const char* op = "embedding_backward";
   CudaState& state = state_of(ctx, op);
@@ -184,14 +199,14 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
                                                    static_cast<const int32_t*>(nullptr),
                                                    static_cast<int32_t*>(nullptr), int(N), 0, 32,
                                                    state.stream));
-  const int64_t chunks = ceil_div(N, kRowsPerChunk);
-  const int64_t slot = ceil_div(N * 4, 256) * 256, partial_bytes = ceil_div(chunks * 2 * C * 4, 256) * 256;
-  char* scratch = static_cast<char*>(scratch_buffer(state, 3 * slot + partial_bytes + int64_t(temp_bytes), op));
+  const int64_t chunks = ceil_div(N, kRowsPerChunk), slot = ceil_div(N * 4, 256) * 256;
+  const int64_t before_sort = embedding_scratch_before_sort(N, C);
+  char* scratch = static_cast<char*>(scratch_buffer(state, before_sort + int64_t(temp_bytes), op));
   int32_t* sorted_ids = reinterpret_cast<int32_t*>(scratch);
   int32_t* index = reinterpret_cast<int32_t*>(scratch + slot);
   int32_t* sorted_index = reinterpret_cast<int32_t*>(scratch + 2 * slot);
   float* partials = reinterpret_cast<float*>(scratch + 3 * slot);
-  void* temp = scratch + 3 * slot + partial_bytes;
+  void* temp = scratch + before_sort;
   embedding_iota_kernel<<<grid_for(N, 256, state), 256, 0, state.stream>>>(index, N);
   INGOT_LAUNCH_CHECK("embedding_iota_kernel");
   // LSD radix sort is stable: equal ids keep token order, which makes the sum order fixed.
