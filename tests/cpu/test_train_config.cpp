@@ -232,6 +232,13 @@ TEST(TrainConfig, InlineModelConfigRefusesUnknownKeys) {
   const TrainConfig as_string = parse_train_config(model + "  tie_word_embeddings: !!str true\ntrain_data: d\n", "x.yaml");
   EXPECT_NE(error_message([&] { resolve_model_config(as_string); }).find("must be true or false, got string \"true\""),
             std::string::npos);
+  const std::string map_tag = error_message([&] {
+    parse_train_config(model + "  rope_scaling: !foo {rope_type: llama3}\ntrain_data: d\n", "x.yaml");
+  });
+  EXPECT_NE(map_tag.find("x.yaml: model_config.rope_scaling: the mapping carries the YAML tag !foo"), std::string::npos)
+      << map_tag;
+  const TrainConfig map_ok = parse_train_config(model + "  architectures: !!seq [LlamaForCausalLM]\ntrain_data: d\n", "x.yaml");
+  EXPECT_EQ(resolve_model_config(map_ok).hidden_size, 32);
   for (const auto& [value, shown] : {std::pair{"!foo true", "the value true carries the YAML tag !foo"},
                                      std::pair{"!!int 2.5", "the value 2.5 carries the YAML tag !!int"},
                                      std::pair{"!!bool 1", "the value 1 carries the YAML tag !!bool"}}) {

@@ -875,6 +875,7 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   // could clear the terminal or recolour it, and a carriage return hid the message's start.
   for (const auto& [args, message] :
        {std::pair{"$'tr\\e[2Jian'", "unknown command \"tr\\x1b[2Jian\""},
+        std::pair{"$'tr\\xc2\\x9b2Jian'", "unknown command \"tr\\xc2\\x9b2Jian\""},  // UTF-8 CSI
         std::pair{"generate $'nowhere\\r\\e[2K'", "no such model or checkpoint: nowhere\\x0d\\x1b[2K"},
         std::pair{"generate x --temperature $'\\e[31m1'", "--temperature: must be a finite number, got \"\\x1b[31m1\""}}) {
     EXPECT_NE(0, run_command("bash -c \"" + cli() + " " + args + "\"", &out)) << args;

@@ -123,18 +123,27 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
 
 // An error message as the terminal should show it: control bytes of a path or value the user gave
 // (an escape sequence, a carriage return) written as \xNN, so they can neither rewrite the screen
-// nor hide the message; newlines and tabs stay, as messages use them.
+// nor hide the message; newlines and tabs stay, as messages use them. The C1 controls in UTF-8
+// (C2 80 to C2 9F; C2 9B is a terminal's CSI) are escaped too.
 std::string printable(std::string_view message) {
+  static const char kHex[] = "0123456789abcdef";
+  auto escape = [&](std::string& shown, unsigned char byte) {
+    shown += "\\x";
+    shown += kHex[byte >> 4];
+    shown += kHex[byte & 15];
+  };
   std::string shown;
-  for (const char c : message) {
-    const auto byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) {
-      static const char kHex[] = "0123456789abcdef";
-      shown += "\\x";
-      shown += kHex[byte >> 4];
-      shown += kHex[byte & 15];
+  for (size_t i = 0; i < message.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(message[i]);
+    const bool c1 = byte == 0xC2 && i + 1 < message.size() && static_cast<unsigned char>(message[i + 1]) >= 0x80 &&
+                    static_cast<unsigned char>(message[i + 1]) <= 0x9F;
+    if (c1) {
+      escape(shown, byte);
+      escape(shown, static_cast<unsigned char>(message[++i]));
+    } else if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7F) {
+      escape(shown, byte);
     } else {
-      shown += c;
+      shown += message[i];
     }
   }
   return shown;
@@ -221,7 +230,11 @@ int command_export(const std::string& source, const std::string& out_dir, const 
   try {
     export_model(source, out_dir, dtype_name, max_shard, overwrite);
   } catch (const fs::filesystem_error& e) {
-    fail("export ", source, " -> ", out_dir, ": ", e.code().message(), " (", e.path1().string(), ")");
+    // copy_file and rename name two paths, and the one at fault may be the second.
+    const std::string paths = e.path1().empty()   ? ""
+                              : e.path2().empty() ? " (" + e.path1().string() + ")"
+                                                  : " (" + e.path1().string() + " -> " + e.path2().string() + ")";
+    fail("export ", source, " -> ", out_dir, ": ", e.code().message(), paths);
   }
   return 0;
 }

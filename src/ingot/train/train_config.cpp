@@ -117,6 +117,12 @@ std::string shown_tag(const std::string& tag) {
 }
 
 nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
+  // A mapping or a list may carry only its own core tag, as a scalar only one that fits it.
+  const std::string& own = node.Tag();
+  const std::string kind = node.IsMap() ? "map" : node.IsSequence() ? "seq" : "";
+  if (!kind.empty() && !own.empty() && own != "?" && own != "!" && own != "tag:yaml.org,2002:" + kind)
+    fail(where, ": the ", node.IsMap() ? "mapping" : "list", " carries the YAML tag ", shown_tag(own),
+         ", which does not fit it (!!", kind, " does)");
   switch (node.Type()) {
     case YAML::NodeType::Map: {
       nlohmann::json object = nlohmann::json::object();
