@@ -1336,6 +1336,8 @@ TEST_F(Training, ExportGenerateAndInfo) {
   EXPECT_EQ(names, (std::vector<std::string>{".git", "README.md", "config.json", "model.safetensors", "tokenizer.json"}))
       << "the old export's entries are gone, the rest stays";
   EXPECT_EQ(read_file(root + "/volume/tokenizer.json"), "the user's own tokenizer");
+  EXPECT_NE(out.find("note: kept " + root + "/volume/tokenizer.json, which " + root + "/run/checkpoint-3 has no copy of"),
+            std::string::npos) << out;
   // A training run's folder or a dataset's is refused, --overwrite or not.
   for (const std::string& folder : {root + "/run", data}) {
     EXPECT_NE(0, run_command(cli() + " export " + root + "/hf " + folder + " --overwrite", &out)) << folder;

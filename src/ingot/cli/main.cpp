@@ -305,9 +305,21 @@ void export_model(const std::string& source, const std::string& out_dir, const s
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
     for (const std::string& file : companions) fs::copy_file(file, folder / fs::path(file).filename());
   };
+  // A companion file this export does not write stays (it may be the user's); but one an earlier
+  // export wrote would pair another model's tokenizer or chat template with these weights.
+  std::vector<std::string> kept;
+  if (fs::is_directory(target))
+    for (const char* name : kModelCompanionFiles)
+      if (fs::exists(target / name) && std::none_of(companions.begin(), companions.end(), [&](const std::string& file) {
+            return fs::path(file).filename() == name;
+          }))
+        kept.push_back((target / name).string());
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
   else create_directory_whole(target, write_export);
   std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
+  for (const std::string& file : kept)
+    std::cout << "note: kept " << file << ", which " << dir << " has no copy of; delete it if an earlier export "
+              << "wrote it, since it belongs to that model\n";
 }
 
 int command_prepare(data::PrepareOptions options, const std::string& tokenizer_path, const std::string& format,
