@@ -252,29 +252,47 @@ TEST_F(CudaOps, Embedding) {
   }
 }
 
-// Ids as padded rows give them: one id (padding, 0) for most of the batch, in a run that spans 40
-// of the backward's 64-row chunks and ends exactly at a chunk edge, another long run, short runs,
-// and N not a multiple of 64. Compared with the CPU twin, and bit for bit with itself.
+// Ids as padded rows give them: one id (padding, 0) for most of the batch. At N = 4100, 2560 ids
+// are 0 (a run over 40 of the backward's 64-row chunks, ending exactly at a chunk's edge), 700 are 5,
+// 150 are -1 and 150 are V (out of range: skipped, in runs that cross chunk edges at both ends of
+// the sorted order), the rest spread; N is not a multiple of 64. N = 5, 64 and 128 (one or two
+// chunks) draw from {-1, 0, 1, 2, V}. Compared with the CPU twin on the in-range tokens, and bit for
+// bit with itself.
 TEST_F(CudaOps, EmbeddingBackwardFrequentId) {
-  for (int64_t C : {64, 36}) {
-    const int64_t V = 50, N = 4100;
-    std::vector<int32_t> ids = randint(N, 1, int32_t(V), 31);  // 840 short runs after the two below
-    std::fill(ids.begin(), ids.begin() + 2560, 0);
-    std::fill(ids.begin() + 2560, ids.begin() + 3260, 5);
-    std::shuffle(ids.begin(), ids.end(), std::mt19937(34));
-    const Floats dout = randn(N * C, 32), dtable0 = randn(V * C, 33);
-    HostI32 cids(ids, {N});
-    HostF32 cdout(dout, {N, C}), cdtable(dtable0, {V, C});
-    ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t);
-    Tensor gids = upload_i32(ids, {N});
-    Tensor gdout = upload(dout, DType::bf16, {N, C});
-    for (DType dt : {DType::f32, DType::bf16}) {
-      Tensor first = upload(dtable0, dt, {V, C}), second = upload(dtable0, dt, {V, C});
-      ops::embedding_backward(gpu, first, gdout, gids);
-      ops::embedding_backward(gpu, second, gdout, gids);
-      EXPECT_TRUE(close(download(first), cdtable.v, dt == DType::f32 ? kTolGradF32 : kTolBf16,
-                        "embedding_backward, 90% one id, C=" + std::to_string(C) + " " + std::string(dtype_name(dt))));
-      EXPECT_TRUE(download_bytes(first) == download_bytes(second)) << "two runs differ, C=" << C;
+  for (const int64_t N : {4100, 5, 64, 128}) {
+    for (const int64_t C : {64, 36}) {
+      const int64_t V = N == 4100 ? 50 : 3;
+      std::vector<int32_t> ids = N == 4100 ? randint(N, 1, int32_t(V), 31) : randint(N, -1, int32_t(V) + 1, 31);
+      if (N == 4100) {
+        std::fill(ids.begin(), ids.begin() + 2560, 0);
+        std::fill(ids.begin() + 2560, ids.begin() + 3260, 5);
+        std::fill(ids.begin() + 3260, ids.begin() + 3410, -1);
+        std::fill(ids.begin() + 3410, ids.begin() + 3560, int32_t(V));
+        std::shuffle(ids.begin(), ids.end(), std::mt19937(34));
+      }
+      const Floats dout = randn(N * C, 32), dtable0 = randn(V * C, 33);
+      std::vector<int32_t> kept_ids;  // the CPU twin refuses ids out of range; the CUDA op skips them
+      Floats kept_dout;
+      for (int64_t i = 0; i < N; ++i)
+        if (ids[size_t(i)] >= 0 && ids[size_t(i)] < V) {
+          kept_ids.push_back(ids[size_t(i)]);
+          kept_dout.insert(kept_dout.end(), dout.begin() + i * C, dout.begin() + (i + 1) * C);
+        }
+      const int64_t kept = int64_t(kept_ids.size());
+      HostI32 cids(kept_ids, {kept});
+      HostF32 cdout(kept_dout, {kept, C}), cdtable(dtable0, {V, C});
+      if (kept > 0) ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t);
+      Tensor gids = upload_i32(ids, {N});
+      Tensor gdout = upload(dout, DType::bf16, {N, C});
+      for (DType dt : {DType::f32, DType::bf16}) {
+        Tensor first = upload(dtable0, dt, {V, C}), second = upload(dtable0, dt, {V, C});
+        ops::embedding_backward(gpu, first, gdout, gids);
+        ops::embedding_backward(gpu, second, gdout, gids);
+        const std::string what = "embedding_backward N=" + std::to_string(N) + " C=" + std::to_string(C) + " " +
+                                 std::string(dtype_name(dt));
+        EXPECT_TRUE(close(download(first), cdtable.v, dt == DType::f32 ? kTolGradF32 : kTolBf16, what));
+        EXPECT_TRUE(download_bytes(first) == download_bytes(second)) << what << ": two runs differ";
+      }
     }
   }
 }
