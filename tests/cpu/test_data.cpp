@@ -731,6 +731,21 @@ TEST(DataPrepare, DocSeparatorChecksAndByteOrderMark) {
   EXPECT_EQ(tok.decode(tokens), "A\n<|endoftext|>B\n<|endoftext|>x<|endoftext|>");
 }
 
+// An input that cannot be read says why, as the file system does: a name too long was "not a file
+// or directory".
+TEST(DataPrepare, MissingInputsSayWhy) {
+  const std::string dir = test::temp_dir("prepare_missing_inputs");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.output_dir = dir + "/out";
+  o.inputs = {dir + "/nope.txt"};
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); }).find("prepare: input " + dir + "/nope.txt: No such file or directory"),
+            std::string::npos);
+  o.inputs = {dir + "/" + std::string(256, 'y')};
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); }).find(std::string(256, 'y') + ": File name too long"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
 TEST(DataPrepare, JsonlTextFieldAndShardSplitting) {
   const std::string dir = test::temp_dir("prepare_jsonl");
   write_text(dir + "/data.jsonl",

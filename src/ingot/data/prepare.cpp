@@ -108,7 +108,10 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector
     } else if (fs::is_regular_file(root, ec)) {
       add(root, false);
     } else {
-      fail("prepare: input ", input, " is not a file or directory");
+      // Why not, where the file system says (a name too long, a folder that cannot be searched).
+      const fs::file_status status = fs::status(root, ec);
+      if (ec) fail("prepare: input ", input, ": ", ec.message());
+      fail("prepare: input ", input, status.type() == fs::file_type::not_found ? " does not exist" : " is not a file or directory");
     }
   }
   return files;
