@@ -1187,6 +1187,27 @@ TEST_F(Training, GenerateRefusesNonFiniteLogits) {
   EXPECT_NE(out.find("the weights or config.json of " + checkpoint + " give non-finite values"), std::string::npos) << out;
 }
 
+// SIGTERM (or Ctrl-C) stops a prepare between documents as a failure does: no staging folder with
+// partial shards is left, nor the output directories it created. It used to die at once and leave
+// them. The input is large enough (~70 MB of JSON Lines) that the prepare is still running when
+// the signal comes, once its staging folder exists.
+TEST_F(Training, PrepareStopsCleanlyOnSigterm) {
+  std::string lines;
+  for (int i = 0; i < 2000000; ++i) lines += "{\"text\": \"document number " + std::to_string(i) + " of the test\"}\n";
+  write_file(root + "/big.jsonl", lines);
+  const std::string out_dir = root + "/made/for/it";
+  write_file(root + "/stop_prepare.sh",
+             "\"$1\" prepare \"$2\" -o \"$3\" >\"$4\" 2>&1 &\npid=$!\n"
+             "for i in $(seq 1200); do ls -A \"$3\" 2>/dev/null | grep -q '^.prepare-' && break; sleep 0.01; done\n"
+             "kill -TERM $pid\nwait $pid\n");
+  std::string out;
+  EXPECT_EQ(1, run_command("bash " + root + "/stop_prepare.sh " + cli() + " " + root + "/big.jsonl " + out_dir + " " +
+                               root + "/prepare.log", &out)) << out;
+  const std::string log = read_file(root + "/prepare.log");
+  EXPECT_NE(log.find("error: prepare: stopped by SIGTERM; nothing was written"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(root + "/made")) << "the directories the prepare created are gone with its staging folder";
+}
+
 // The file system's refusals name the export and the path (they were bare "filesystem error"
 // lines), and an output name that fits is not refused for its temporary name's suffix.
 TEST_F(Training, ExportNamesWhatTheFileSystemRefuses) {

@@ -21,6 +21,7 @@
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
+#include "ingot/core/stop_signals.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
 #include "ingot/data/shard.h"
@@ -728,12 +729,22 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   Progress progress(options.log, options.progress_tty, total_bytes);
   ShardSink sink(staged, tokenizer, report, chat);
   DocumentEncoder encoder(options, tokenizer, eos_id, format ? &*format : nullptr, sink, report, progress);
+  // Ctrl-C or SIGTERM stops the prepare between documents, as a failure does: the staging folder
+  // (up to a whole dataset of partial shards) and the directories it created go, and the output
+  // directory is left as it was. It used to die at once and leave them.
+  const StopSignals stop;
+  auto check_stop = [&] {
+    if (const int signal = stop.received())
+      fail("prepare: stopped by ", signal_name(signal), "; nothing was written, and ", options.output_dir, " is as it was");
+  };
   auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
+    check_stop();
     encoder.add({std::move(where), std::string(text), {}, {}, bytes});
   };
 
   try {
     for (const InputFile& input : files) {
+      check_stop();
       const std::string name = input.path.string();
       std::error_code size_ec;
       if (fs::file_size(input.path, size_ec) == 0 && !size_ec) {
@@ -747,6 +758,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         std::string line;
         int64_t records = 0;
         for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+          check_stop();
           const int64_t line_bytes = static_cast<int64_t>(line.size()) + 1;
           if (is_blank(line)) {
             progress.advance(line_bytes);
