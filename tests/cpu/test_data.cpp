@@ -36,6 +36,13 @@ void write_text(const fs::path& path, std::string_view text) {
   out << text;
 }
 
+// Every token of a shard, in order.
+std::vector<int32_t> shard_tokens(const Shard& s) {
+  std::vector<int32_t> tokens(s.num_tokens());
+  s.read_tokens(0, s.num_tokens(), tokens.data());
+  return tokens;
+}
+
 // A shard whose token at stream position p is p (+ offset), so a row's first input names its
 // window.
 ShardData counting_shard(int64_t n, int64_t offset, int64_t doc_len) {
@@ -622,9 +629,7 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
   // Sorted by path: a.txt, b.txt, sub/c.txt.
   EXPECT_EQ(std::vector<uint64_t>(s.document_starts().begin(), s.document_starts().end()),
             (std::vector<uint64_t>{0, 6, 13}));
-  std::vector<int32_t> tokens(s.num_tokens());
-  s.read_tokens(0, s.num_tokens(), tokens.data());
-  EXPECT_EQ(tok.decode(tokens), "hello<|endoftext|>world\n<|endoftext|>\xff\xfe raw<|endoftext|>");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "hello<|endoftext|>world\n<|endoftext|>\xff\xfe raw<|endoftext|>");
 
   const auto meta = nlohmann::json::parse(test::read_file(dir + "/out/meta.json"));
   EXPECT_EQ(meta.at("tokenizer"), "byte");
@@ -697,9 +702,7 @@ TEST(DataPrepare, FortuneSeparatorSplitsDocuments) {
   Shard s(dir + "/out/train-00000.bin");
   EXPECT_EQ(std::vector<uint64_t>(s.document_starts().begin(), s.document_starts().end()),
             (std::vector<uint64_t>{0, 9, 16}));
-  std::vector<int32_t> tokens(s.num_tokens());
-  s.read_tokens(0, s.num_tokens(), tokens.data());
-  EXPECT_EQ(tok.decode(tokens), "one\ntwo\n<|endoftext|>three\n<|endoftext|>four<|endoftext|>");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "one\ntwo\n<|endoftext|>three\n<|endoftext|>four<|endoftext|>");
 }
 
 // A separator with a line break could never match (lines are compared one at a time), one given
@@ -726,9 +729,7 @@ TEST(DataPrepare, DocSeparatorChecksAndByteOrderMark) {
   const PrepareReport r = prepare_dataset(o, tok);
   EXPECT_EQ(r.num_documents, 3);
   Shard s(dir + "/out/train-00000.bin");
-  std::vector<int32_t> tokens(s.num_tokens());
-  s.read_tokens(0, s.num_tokens(), tokens.data());
-  EXPECT_EQ(tok.decode(tokens), "A\n<|endoftext|>B\n<|endoftext|>x<|endoftext|>");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "A\n<|endoftext|>B\n<|endoftext|>x<|endoftext|>");
 }
 
 // An input that cannot be read says why, as the file system does: a name too long was "not a file
@@ -830,9 +831,7 @@ TEST(DataPrepare, TruncatedTextKeepsItsEndOfTextToken) {
   EXPECT_EQ(r.num_documents, 2);
   EXPECT_EQ(r.truncated, 1);
   Shard s(dir + "/out/train-00000.bin");
-  std::vector<int32_t> tokens(s.num_tokens());
-  s.read_tokens(0, s.num_tokens(), tokens.data());
-  EXPECT_EQ(tok.decode(tokens), "abc<|endoftext|>xy<|endoftext|>");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "abc<|endoftext|>xy<|endoftext|>");
 }
 
 // An earlier dataset inside an input directory adds nothing: not its shards, its meta.json, or the
