@@ -501,4 +501,18 @@ TEST(PrepareChat, TextDocumentsEndWithTheChosenEosToken) {
   const std::string ordinary = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(ordinary.find("eos_token \"a\" is an ordinary token of"), std::string::npos) << ordinary;
   EXPECT_NE(ordinary.find("give a special token (the tokenizer's own is \"<|eot_id|>\")"), std::string::npos) << ordinary;
+  // The tokenizer's own end-of-text token is taken as the flag, whatever its flags say (without
+  // the flag it is the default).
+  const std::string tokenizer_dir = fixtures() + "/llama3_tokenizer";
+  nlohmann::json json = nlohmann::json::parse(test::read_file(tokenizer_dir + "/tokenizer.json"));
+  for (nlohmann::json& added : json["added_tokens"])
+    if (added["content"] == "<|eot_id|>") added["special"] = false;
+  fs::create_directories(dir + "/plain_eos");
+  std::ofstream(dir + "/plain_eos/tokenizer.json") << json.dump();
+  std::ofstream(dir + "/plain_eos/tokenizer_config.json") << test::read_file(tokenizer_dir + "/tokenizer_config.json");
+  const BpeTokenizer plain = BpeTokenizer::from_file(dir + "/plain_eos/tokenizer.json");
+  ASSERT_FALSE(plain.is_special(plain.eos_id()));
+  o.eos_token = "<|eot_id|>";
+  prepare_dataset(o, plain);
+  EXPECT_EQ(last_tokens(), std::pair(tok.token_to_id("<|eot_id|>"), tok.token_to_id("<|eot_id|>")));
 }

@@ -732,6 +732,37 @@ TEST(DataPrepare, DocSeparatorChecksAndByteOrderMark) {
   EXPECT_EQ(tok.decode(shard_tokens(s)), "A\n<|endoftext|>B\n<|endoftext|>x<|endoftext|>");
 }
 
+// A dataset that a killed prepare --overwrite had set aside (.prepare-<pid>/old) stops training on
+// the folder ("may mix two datasets"). A later --overwrite replaces the folder's dataset: the one
+// set aside is then kept as superseded/, which stops nothing. It used to stay old/, and training
+// stayed refused after the re-run.
+TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
+  const std::string dir = test::temp_dir("prepare_set_aside");
+  write_text(dir + "/a.txt", "some text");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/out";
+  prepare_dataset(o, tok);
+  std::string pid;  // of a process that has ended
+  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
+  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string aside = dir + "/out/.prepare-" + pid;
+  write_text(aside + "/old/train-00000.bin", "a shard set aside");
+  EXPECT_NE(error_of([&] { resolve_shard_paths({dir + "/out"}); }).find("holds " + aside + "/old"), std::string::npos);
+  std::ostringstream log;
+  o.log = &log;
+  o.overwrite = true;
+  prepare_dataset(o, tok);
+  EXPECT_NE(log.str().find("note: " + aside + "/superseded holds the dataset a killed `ingot prepare --overwrite` had "
+                           "set aside, which this prepare's dataset replaces; it is kept"),
+            std::string::npos) << log.str();
+  EXPECT_EQ(test::read_file(aside + "/superseded/train-00000.bin"), "a shard set aside");
+  EXPECT_EQ(resolve_shard_paths({dir + "/out"}).size(), 1u);
+  prepare_dataset(o, tok);  // kept by the next prepare too
+  EXPECT_TRUE(fs::exists(aside + "/superseded/train-00000.bin"));
+}
+
 // An input that cannot be read says why, as the file system does: a name too long was "not a file
 // or directory".
 TEST(DataPrepare, MissingInputsSayWhy) {

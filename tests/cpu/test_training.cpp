@@ -347,7 +347,8 @@ TEST_F(Training, PrepareTidiesAfterKilledPrepares) {
   ASSERT_EQ(0, run_command(cli() + " prepare " + corpus + " --doc-separator % -o " + data + " --overwrite", &out)) << out;
   EXPECT_FALSE(fs::exists(partial)) << out;
   EXPECT_NE(out.find("note: removed " + partial + ", the partial output of a killed prepare"), std::string::npos) << out;
-  EXPECT_EQ(read_file(swapping + "/old/meta.json"), "the dataset set aside");
+  // Named at the start; once this --overwrite has replaced the folder's dataset, kept as superseded/.
+  EXPECT_EQ(read_file(swapping + "/superseded/meta.json"), "the dataset set aside");
   EXPECT_NE(out.find("note: " + swapping + "/old holds a dataset that an `ingot prepare --overwrite`, since killed"),
             std::string::npos) << out;
 
@@ -357,7 +358,7 @@ TEST_F(Training, PrepareTidiesAfterKilledPrepares) {
   int kept = 0;
   for (const auto& entry : fs::directory_iterator(data)) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".prepare-", 0) == 0 && entry.path() != swapping) {
+    if (name.rfind(".prepare-", 0) == 0 && entry.path() != swapping) {  // the pid reused: not superseded
       EXPECT_EQ(read_file((entry.path() / "old/meta.json").string()), "kept\n") << entry.path();
       ++kept;
     }

@@ -123,27 +123,37 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
 
 // An error message as the terminal should show it: control bytes of a path or value the user gave
 // (an escape sequence, a carriage return) written as \xNN, so they can neither rewrite the screen
-// nor hide the message; newlines and tabs stay, as messages use them. The C1 controls in UTF-8
-// (C2 80 to C2 9F; C2 9B is a terminal's CSI) are escaped too.
+// nor hide the message; newlines and tabs stay, as messages use them. The C1 controls are escaped
+// too, in UTF-8 (C2 80 to C2 9F; C2 9B is a terminal's CSI) and as single bytes (9B, read by
+// terminals that are not UTF-8), and so is every byte that is not part of valid UTF-8.
 std::string printable(std::string_view message) {
   static const char kHex[] = "0123456789abcdef";
-  auto escape = [&](std::string& shown, unsigned char byte) {
+  std::string shown;
+  auto escape = [&](unsigned char byte) {
     shown += "\\x";
     shown += kHex[byte >> 4];
     shown += kHex[byte & 15];
   };
-  std::string shown;
-  for (size_t i = 0; i < message.size(); ++i) {
-    const auto byte = static_cast<unsigned char>(message[i]);
-    const bool c1 = byte == 0xC2 && i + 1 < message.size() && static_cast<unsigned char>(message[i + 1]) >= 0x80 &&
-                    static_cast<unsigned char>(message[i + 1]) <= 0x9F;
-    if (c1) {
-      escape(shown, byte);
-      escape(shown, static_cast<unsigned char>(message[++i]));
-    } else if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7F) {
-      escape(shown, byte);
+  auto at = [&](size_t i) { return i < message.size() ? static_cast<unsigned char>(message[i]) : 0u; };
+  for (size_t i = 0; i < message.size();) {
+    const unsigned char byte = at(i);
+    if (byte < 0x80) {
+      if ((byte < 0x20 && byte != '\n' && byte != '\t') || byte == 0x7F) escape(byte);
+      else shown += char(byte);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence: its length from the lead byte, then continuation bytes 80-BF.
+    const size_t length = byte >= 0xC2 && byte <= 0xDF ? 2 : byte >= 0xE0 && byte <= 0xEF ? 3 : byte >= 0xF0 && byte <= 0xF4 ? 4 : 0;
+    bool valid = length > 0 && i + length <= message.size();
+    for (size_t k = 1; valid && k < length; ++k) valid = (at(i + k) & 0xC0) == 0x80;
+    const bool c1 = valid && byte == 0xC2 && at(i + 1) <= 0x9F;
+    if (!valid || c1) {
+      for (size_t k = 0; k < (valid ? length : 1); ++k) escape(at(i + k));
+      i += valid ? length : 1;
     } else {
-      shown += message[i];
+      shown.append(message.substr(i, length));
+      i += length;
     }
   }
   return shown;

@@ -15,6 +15,9 @@ namespace {
 std::atomic<int> g_received{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
+// What the handler says after "ingot: SIGTERM": set before the handlers go live.
+std::string_view g_note;
+
 struct sigaction g_previous_int, g_previous_term;
 bool g_installed_int = false, g_installed_term = false;
 
@@ -31,11 +34,9 @@ void on_stop_signal(int signal_number) {
   int none = 0;
   g_received.compare_exchange_strong(none, signal_number);
   restore_previous();
-  static constexpr std::string_view kNote =
-      ": stopping after the step in hand (and saving a checkpoint); a second signal stops at once\n";
   const std::string_view name = signal_name(signal_number);
   const int saved_errno = errno;  // the interrupted code may be about to read it
-  for (const std::string_view part : {std::string_view("\ningot: "), name, kNote})
+  for (const std::string_view part : {std::string_view("\ningot: "), name, g_note, std::string_view("\n")})
     [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, part.data(), part.size());
   errno = saved_errno;
 }
@@ -60,7 +61,8 @@ void install(int signal_number, struct sigaction* previous, bool* installed) {
 
 }  // namespace
 
-StopSignals::StopSignals() {
+StopSignals::StopSignals(std::string_view note) {
+  g_note = note;
   g_received.store(0);
   install(SIGINT, &g_previous_int, &g_installed_int);
   install(SIGTERM, &g_previous_term, &g_installed_term);

@@ -5,13 +5,18 @@
 // signals work in a container where ingot runs as PID 1, which ignores signals left at their
 // default action. A signal that was ignored when ingot started stays ignored.
 #pragma once
+#include <string_view>
 
 namespace ingot {
 
-// Installs the handlers for its lifetime, then restores the previous ones.
+// Installs the handlers for its lifetime, then restores the previous ones. `note` (a string that
+// outlives it) is what the handler prints after "ingot: SIGTERM" when a signal arrives. One at a
+// time: the handlers and the received signal are process-wide.
 class StopSignals {
  public:
-  StopSignals();
+  static constexpr std::string_view kTrainingNote =
+      ": stopping after the step in hand (and saving a checkpoint); a second signal stops at once";
+  explicit StopSignals(std::string_view note = kTrainingNote);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -346,8 +346,28 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
              << "since killed, had set aside; move its files back to restore it, or delete " << entry.path().string() << "\n";
       continue;
     }
+    if (fs::exists(entry.path() / "superseded")) continue;  // kept, and named when it was superseded
     fs::remove_all(entry.path(), ec);
     if (log && !ec) *log << "note: removed " << entry.path().string() << ", the partial output of a killed prepare\n";
+  }
+}
+
+// The .prepare-<pid>/old folders of killed prepares in out (datasets set aside mid-swap), once a
+// --overwrite has replaced the folder's dataset: renamed to superseded/, which neither the loader
+// nor a later prepare takes for a swap in progress, and kept (it may be the user's only copy of
+// an older dataset). Left as old/, it stopped every training run on the folder for good.
+void supersede_set_aside_datasets(const fs::path& out, std::ostream* log) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(out, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::string prefix = ".prepare-";
+    const int64_t pid = pid_suffix(name.substr(0, name.find('-', prefix.size())), prefix);
+    if (pid < 0 || pid == ::getpid() || process_exists(pid) || !fs::exists(entry.path() / "old", ec)) continue;
+    fs::rename(entry.path() / "old", entry.path() / "superseded", ec);
+    if (log && !ec)
+      *log << "note: " << (entry.path() / "superseded").string() << " holds the dataset a killed `ingot prepare "
+           << "--overwrite` had set aside, which this prepare's dataset replaces; it is kept, to delete when no "
+           << "longer needed\n";
   }
 }
 
@@ -368,17 +388,21 @@ struct StagingDir {
   // Old dataset aside (into this folder), new one in (shards first, meta.json, the mark of a
   // complete dataset, last), and only then the old one deleted. A failure midway moves the old
   // dataset back: deleting it first lost both datasets when a later rename failed.
-  void commit(const fs::path& out, bool overwrite) {
+  void commit(const fs::path& out, bool overwrite, std::ostream* log) {
     const fs::path old_dir = path / "old";
-    fs::create_directories(old_dir);
     std::vector<fs::path> set_aside, moved_in;
     // Checked again here, not only at the start: another prepare into the same folder may have
     // finished meanwhile, and its dataset was replaced without a word (both said they had written it).
+    // So may a file of the user's have come, which no rename may replace.
+    refuse_foreign_entries(out);
     std::vector<fs::path> old_files = dataset_files(out);
     if (!overwrite && !old_files.empty())
       fail("prepare: output directory ", out.string(), " now holds a dataset (", old_files.front().filename().string(),
            ") that another process wrote while this prepare ran; it is left as it is, and this prepare's output is "
            "discarded. Run one prepare at a time per directory, or set overwrite (--overwrite)");
+    // old/ only when there is a dataset to set aside: a prepare killed here with an empty old/ left
+    // what the next prepare and the loader take for a dataset set aside.
+    if (!old_files.empty()) fs::create_directories(old_dir);
     try {
       // meta.json last: until it goes, it still claims the old dataset's tokenizer files.
       std::stable_partition(old_files.begin(), old_files.end(), [](const fs::path& p) { return p.filename() != "meta.json"; });
@@ -405,6 +429,8 @@ struct StagingDir {
     std::error_code ec;
     fs::rename(old_dir, path / "discarded", ec);
     fs::remove_all(path, ec);  // what a failure here leaves is hidden and inert
+    // A dataset that a killed --overwrite had set aside is no longer a swap in progress.
+    if (overwrite) supersede_set_aside_datasets(out, log);
   }
 };
 
@@ -648,6 +674,17 @@ std::string PrepareReport::to_string() const {
 }
 
 PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer) {
+  // Ctrl-C or SIGTERM stops the prepare as a failure does, up to the moment its dataset moves in:
+  // the staging folder (up to a whole dataset of partial shards) and the directories it created
+  // go, and the output directory is left as it was. It used to die at once and leave them. The
+  // handlers are installed before anything is created, and checked between documents and before
+  // the commit; a signal during the commit (renames) lets it finish.
+  static constexpr std::string_view kNote = ": stopping the prepare; nothing will be written (a second signal stops at once)";
+  const StopSignals stop(kNote);
+  auto check_stop = [&] {
+    if (const int signal = stop.received())
+      fail("prepare: stopped by ", signal_name(signal), "; nothing was written, and ", options.output_dir, " is as it was");
+  };
   INGOT_CHECK(!options.output_dir.empty(), "prepare: no output directory given");
   INGOT_CHECK(options.shard_tokens > 0 && options.shard_tokens <= (int64_t{1} << 40),
               "prepare: shard_tokens must be between 1 and 2^40, got ", options.shard_tokens);
@@ -683,8 +720,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     eos_id = bpe->token_to_id(options.eos_token);
     INGOT_CHECK(eos_id >= 0, "prepare: eos_token \"", options.eos_token, "\" is not a token of ", tokenizer.name());
     // An ordinary token (a word, a letter) at every document's end could not be told from the
-    // text's own: the boundaries the loader packs and masks by would be invisible.
-    INGOT_CHECK(bpe->is_special(eos_id), "prepare: eos_token \"", options.eos_token, "\" is an ordinary token of ",
+    // text's own: the boundaries the loader packs and masks by would be invisible. The tokenizer's
+    // own end-of-text token is taken whatever its flags, as it is without the flag.
+    INGOT_CHECK(bpe->is_special(eos_id) || eos_id == tokenizer.eos_id(), "prepare: eos_token \"", options.eos_token, "\" is an ordinary token of ",
                 tokenizer.name(), ", not one of its special tokens, so a document's end could not be told from text "
                 "that holds it; give a special token", tokenizer.eos_id() >= 0 ? " (the tokenizer's own is \"" +
                 bpe->id_to_token(tokenizer.eos_id()) + "\")" : std::string());
@@ -729,14 +767,6 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   Progress progress(options.log, options.progress_tty, total_bytes);
   ShardSink sink(staged, tokenizer, report, chat);
   DocumentEncoder encoder(options, tokenizer, eos_id, format ? &*format : nullptr, sink, report, progress);
-  // Ctrl-C or SIGTERM stops the prepare between documents, as a failure does: the staging folder
-  // (up to a whole dataset of partial shards) and the directories it created go, and the output
-  // directory is left as it was. It used to die at once and leave them.
-  const StopSignals stop;
-  auto check_stop = [&] {
-    if (const int signal = stop.received())
-      fail("prepare: stopped by ", signal_name(signal), "; nothing was written, and ", options.output_dir, " is as it was");
-  };
   auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
     check_stop();
     encoder.add({std::move(where), std::string(text), {}, {}, bytes});
@@ -880,6 +910,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     }
     encoder.flush();
     sink.close();
+    check_stop();
   } catch (...) {
     // The partial dataset goes with the staging folder; the output directory is untouched.
     sink.abandon();
@@ -942,7 +973,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["tokenizer_files"].push_back(name);
   }
   io::write_file_atomically((staging.path / "meta.json").string(), meta.dump(2) + "\n");
-  staging.commit(options.output_dir, options.overwrite);
+  check_stop();
+  staging.commit(options.output_dir, options.overwrite, options.log);
   if (options.log) *options.log << report.to_string() << "\n";
   return report;
 }
