@@ -109,10 +109,11 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector
     } else if (fs::is_regular_file(root, ec)) {
       add(root, false);
     } else {
-      // Why not, where the file system says (a name too long, a folder that cannot be searched).
-      const fs::file_status status = fs::status(root, ec);
+      // Why not, where the file system says (no such file, a name too long, a folder that cannot
+      // be searched).
+      (void)fs::status(root, ec);
       if (ec) fail("prepare: input ", input, ": ", ec.message());
-      fail("prepare: input ", input, status.type() == fs::file_type::not_found ? " does not exist" : " is not a file or directory");
+      fail("prepare: input ", input, " is not a file or directory");
     }
   }
   return files;
@@ -180,12 +181,13 @@ class ShardSink {
   std::unique_ptr<ShardWriter> writer_;
 };
 
-// Whether dir/meta.json is one `ingot prepare` wrote ("format": "ingot-token-shards").
-bool is_prepare_meta(const fs::path& dir) {
+// dir/meta.json if `ingot prepare` wrote it ("format": "ingot-token-shards"), else null.
+nlohmann::json prepare_meta(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::is_regular_file(dir / "meta.json", ec)) return false;
-  const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
-  return meta.is_object() && meta.contains("format") && meta["format"] == "ingot-token-shards";
+  if (!fs::is_regular_file(dir / "meta.json", ec)) return nullptr;
+  nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
+  const bool ours = meta.is_object() && meta.contains("format") && meta["format"] == "ingot-token-shards";
+  return ours ? meta : nlohmann::json(nullptr);
 }
 
 // The names prepare gives its shards (train-<digits>.bin) and their temporary names.
@@ -201,9 +203,8 @@ bool is_shard_name(const std::string& name) {
 // "tokenizer_files" (since 2026-12-01); for an older BPE dataset, any of kTokenizerFilesBesideShards
 // (prepare copied them); none for a byte-level one or without meta.json. A tokenizer file in dir
 // that is not one of these is someone else's (a model's folder), and no prepare moves it.
-std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
-  if (!is_prepare_meta(dir)) return {};
-  const nlohmann::json meta = nlohmann::json::parse(read_file(dir / "meta.json"), nullptr, /*allow_exceptions=*/false);
+std::set<std::string> tokenizer_files_of(const nlohmann::json& meta) {
+  if (meta.is_null()) return {};
   std::set<std::string> names;
   if (meta.contains("tokenizer_files") && meta["tokenizer_files"].is_array()) {
     for (const nlohmann::json& name : meta["tokenizer_files"])
@@ -213,6 +214,7 @@ std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
   }
   return names;
 }
+std::set<std::string> dataset_tokenizer_files(const fs::path& dir) { return tokenizer_files_of(prepare_meta(dir)); }
 
 // The files of an earlier dataset in dir: shards, meta.json and its tokenizer files (a byte-level
 // --overwrite left a BPE dataset's tokenizer.json behind, which checkpoints then carried). Files
@@ -220,12 +222,13 @@ std::set<std::string> dataset_tokenizer_files(const fs::path& dir) {
 // take any train-*.bin (a folder too, with what it held) and any meta.json for a dataset's.
 std::vector<fs::path> dataset_files(const fs::path& dir) {
   std::vector<fs::path> files;
-  const std::set<std::string> tokenizer_files = dataset_tokenizer_files(dir);
-  const bool prepare_meta = is_prepare_meta(dir);
+  const nlohmann::json meta = prepare_meta(dir);
+  const std::set<std::string> tokenizer_files = tokenizer_files_of(meta);
+  const bool ours = !meta.is_null();
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file(ec) && ((name == "meta.json" && prepare_meta) || name == "meta.json.tmp" ||
+    if (entry.is_regular_file(ec) && ((name == "meta.json" && ours) || name == "meta.json.tmp" ||
                                       is_shard_name(name) || tokenizer_files.contains(name)))
       files.push_back(entry.path());
   }
@@ -242,7 +245,7 @@ void refuse_foreign_entries(const fs::path& dir) {
     const std::string name = entry.path().filename().string();
     const bool regular = entry.is_regular_file(ec);
     std::string why;
-    if (name == "meta.json" && !is_prepare_meta(dir))
+    if (name == "meta.json" && prepare_meta(dir).is_null())
       why = regular ? "a meta.json that no `ingot prepare` wrote (it lacks \"format\": \"ingot-token-shards\"), "
                       "which the dataset's would replace"
                     : "a meta.json that is not a file, where the dataset's goes";
@@ -330,42 +333,48 @@ struct CreatedOutputDir {
   }
 };
 
-// .prepare-<pid>[-k] folders in out whose prepare is gone (killed). One holding old/ was killed
-// while swapping datasets: old/ is the dataset it had set aside, kept and named. Any other holds
-// the partial output of a killed prepare (up to a dataset's size): removed, and said so.
-void tidy_killed_staging(const fs::path& out, std::ostream* log) {
+// The .prepare-<pid>[-k] folders in out whose prepare is gone (killed).
+std::vector<fs::path> killed_staging_folders(const fs::path& out) {
+  std::vector<fs::path> folders;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(out, ec)) {
     const std::string name = entry.path().filename().string();
     const std::string prefix = ".prepare-";  // then <pid>, or <pid>-<k> (fresh_pid_path)
     const int64_t pid = pid_suffix(name.substr(0, name.find('-', prefix.size())), prefix);
-    if (pid < 0 || pid == ::getpid() || process_exists(pid) || !entry.is_directory()) continue;
-    if (fs::exists(entry.path() / "old")) {
+    if (pid >= 0 && pid != ::getpid() && !process_exists(pid) && entry.is_directory(ec)) folders.push_back(entry.path());
+  }
+  return folders;
+}
+
+// Killed prepares' folders in out. One holding old/ was killed while swapping datasets: old/ is the
+// dataset it had set aside, kept and named. Any other holds the partial output of a killed prepare
+// (up to a dataset's size): removed, and said so.
+void tidy_killed_staging(const fs::path& out, std::ostream* log) {
+  std::error_code ec;
+  for (const fs::path& folder : killed_staging_folders(out)) {
+    if (fs::exists(folder / "old")) {
       if (log)
-        *log << "note: " << (entry.path() / "old").string() << " holds a dataset that an `ingot prepare --overwrite`, "
-             << "since killed, had set aside; move its files back to restore it, or delete " << entry.path().string() << "\n";
+        *log << "note: " << (folder / "old").string() << " holds a dataset that an `ingot prepare --overwrite`, "
+             << "since killed, had set aside; move its files back to restore it, or delete " << folder.string() << "\n";
       continue;
     }
-    if (fs::exists(entry.path() / "superseded")) continue;  // kept, and named when it was superseded
-    fs::remove_all(entry.path(), ec);
-    if (log && !ec) *log << "note: removed " << entry.path().string() << ", the partial output of a killed prepare\n";
+    if (fs::exists(folder / "superseded")) continue;  // kept, and named when it was superseded
+    fs::remove_all(folder, ec);
+    if (log && !ec) *log << "note: removed " << folder.string() << ", the partial output of a killed prepare\n";
   }
 }
 
-// The .prepare-<pid>/old folders of killed prepares in out (datasets set aside mid-swap), once a
-// --overwrite has replaced the folder's dataset: renamed to superseded/, which neither the loader
-// nor a later prepare takes for a swap in progress, and kept (it may be the user's only copy of
-// an older dataset). Left as old/, it stopped every training run on the folder for good.
+// The old/ folders of killed prepares in out (datasets set aside mid-swap), once a --overwrite has
+// replaced the folder's dataset: renamed to superseded/, which neither the loader nor a later
+// prepare takes for a swap in progress, and kept (it may be the user's only copy of an older
+// dataset). Left as old/, it stopped every training run on the folder for good.
 void supersede_set_aside_datasets(const fs::path& out, std::ostream* log) {
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(out, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::string prefix = ".prepare-";
-    const int64_t pid = pid_suffix(name.substr(0, name.find('-', prefix.size())), prefix);
-    if (pid < 0 || pid == ::getpid() || process_exists(pid) || !fs::exists(entry.path() / "old", ec)) continue;
-    fs::rename(entry.path() / "old", entry.path() / "superseded", ec);
+  for (const fs::path& folder : killed_staging_folders(out)) {
+    if (!fs::exists(folder / "old", ec)) continue;
+    fs::rename(folder / "old", folder / "superseded", ec);
     if (log && !ec)
-      *log << "note: " << (entry.path() / "superseded").string() << " holds the dataset a killed `ingot prepare "
+      *log << "note: " << (folder / "superseded").string() << " holds the dataset a killed `ingot prepare "
            << "--overwrite` had set aside, which this prepare's dataset replaces; it is kept, to delete when no "
            << "longer needed\n";
   }
