@@ -63,7 +63,7 @@ TEST(TrainStep, EqualsTheStepWrittenOutByHand) {
       fill(step, micro, buf.input_ids, buf.targets, buf.positions, buf.segment_ids);
       for (int64_t i = 0; i < B * T; ++i) count += buf.targets[i] != ops::kIgnoreIndex;
     }
-    runner.launch(step + 1, 1e-2, count);
+    runner.launch(step + 1, step + 1, 1e-2, count);
     const StepResult got = runner.collect();
 
     // By hand: the mean-loss gradient directly, then AdamW with divisor 1.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -529,9 +530,9 @@ TEST_F(Training, NamesAReplacedRunLeftByAKilledOverwrite) {
 // A step whose batches hold no trained target (all masked, as in the middle of a long SFT prompt)
 // has no loss and no update. It used to log loss 0.0, and AdamW's weight decay and momentum moved
 // the weights anyway.
-TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
-  std::string out;
-  // 40 documents of 12 tokens; only every fifth has targets (its second half).
+// A dataset folder of 40 documents of 12 tokens where only every fifth has targets (its second
+// half): with padded rows and one row a step, most steps have none.
+void write_sparse_target_data(const std::string& dir) {
   ingot::data::ShardData shard;
   shard.vocab_size = 257;
   for (int doc = 0; doc < 40; ++doc) {
@@ -541,8 +542,13 @@ TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
       shard.loss_mask.push_back(doc % 5 == 0 && t >= 6 ? 1 : 0);
     }
   }
-  fs::create_directories(root + "/masked");
-  ingot::data::write_shard(root + "/masked/train-00000.bin", shard);
+  fs::create_directories(dir);
+  ingot::data::write_shard(dir + "/train-00000.bin", shard);
+}
+
+TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
+  std::string out;
+  write_sparse_target_data(root + "/masked");
   const std::string dir = root + "/sparse";
   ASSERT_EQ(0, train(tiny_config(root + "/masked", dir, 12, 1), "sparse",
                      "--set packing=padded --set micro_batch_size=1 --set gradient_accumulation_steps=1 "
@@ -581,6 +587,48 @@ TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
   ASSERT_NE(done, std::string::npos) << out;
   const std::string done_line = out.substr(done, out.find('\n', done) - done);
   EXPECT_TRUE(done_line.ends_with(" (step " + std::to_string(last_trained) + ")")) << done_line;
+}
+
+// AdamW's bias correction counts updates: the first update after steps without targets is
+// corrected as the first, as torch's AdamW counts its step() calls. Then every weight moves by
+// lr * g / (|g| + eps), at most lr; corrected as update t it moved by at most
+// lr * (1 - b1) / (1 - b1^t) / sqrt((1 - b2) / (1 - b2^t)), 0.74 lr at t = 2.
+TEST_F(Training, FirstUpdateAfterStepsWithoutTargetsIsCorrectedAsTheFirst) {
+  std::string out;
+  write_sparse_target_data(root + "/masked");
+  const std::string dir = root + "/late";
+  const std::string flags = "--set packing=padded --set micro_batch_size=1 --set gradient_accumulation_steps=1 "
+                            "--set eval_steps=0 --set warmup_steps=0 --set weight_decay=0 --set lr_scheduler_type=constant";
+  ASSERT_EQ(0, train(tiny_config(root + "/masked", dir, 12, 1), "late", flags + " --set save_total_limit=20", &out)) << out;
+  std::vector<int64_t> trained;  // the steps with targets
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(metrics, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.at("loss").is_null()) trained.push_back(j.at("step").get<int64_t>());
+  }
+  ASSERT_GE(trained.size(), 2u) << "fewer than two steps had targets; change the data or the seed\n" << out;
+  const int64_t first = trained[0];
+  ASSERT_GE(first, 2) << "step 1 had targets; change the data or the seed\n" << out;
+  const std::string before = dir + "/checkpoint-" + std::to_string(first - 1), after = dir + "/checkpoint-" + std::to_string(first);
+  EXPECT_EQ(nlohmann::json::parse(read_file(before + "/trainer_state.json")).at("updates"), 0);
+  EXPECT_EQ(nlohmann::json::parse(read_file(after + "/trainer_state.json")).at("updates"), 1);
+  const auto w0 = ingot::io::SafeTensorsReader::open(before + "/model.safetensors");
+  const auto w1 = ingot::io::SafeTensorsReader::open(after + "/model.safetensors");
+  double largest = 0;
+  for (const std::string& name : w0.names()) {
+    const ingot::io::SafeTensorInfo &a = w0.get(name), &b = w1.get(name);
+    ASSERT_EQ(a.dtype, ingot::DType::f32) << name;
+    for (int64_t i = 0; i < a.numel(); ++i)
+      largest = std::max(largest, std::fabs(double(static_cast<const float*>(b.data)[i]) - static_cast<const float*>(a.data)[i]));
+  }
+  EXPECT_GT(largest, 0.99e-2) << "the largest weight change of the first update, learning_rate 1e-2";
+  EXPECT_LT(largest, 1.0001e-2);
+
+  // Resumed after that update, the run keeps counting updates where it stopped (a count restarted
+  // from the step would change every later update's bits).
+  ASSERT_EQ(0, train(tiny_config(root + "/masked", root + "/split", static_cast<int>(first), 0), "split", flags, &out)) << out;
+  ASSERT_EQ(0, train(tiny_config(root + "/masked", root + "/split", 12, 0), "split", flags + " --resume", &out)) << out;
+  EXPECT_EQ(read_file(root + "/split/checkpoint-12/model.safetensors"), read_file(dir + "/checkpoint-12/model.safetensors"));
 }
 
 // A model trained from scratch without an eos_token_id takes the data's end-of-text id (meta.json's
@@ -715,6 +763,15 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   write_file(state_file, state.dump());
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
   EXPECT_NE(out.find(state_file + ": key \"recipe\" must be a string, got 5"), std::string::npos) << out;
+  // More updates than steps, or not a count.
+  for (const nlohmann::json& updates : {nlohmann::json(3), nlohmann::json(-1), nlohmann::json("2")}) {
+    state = nlohmann::json::parse(state_text);
+    state["updates"] = updates;
+    write_file(state_file, state.dump());
+    EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+    EXPECT_NE(out.find(state_file + ": key \"updates\" (AdamW updates made) must be an integer from 0 to the step, 2, got " +
+                       updates.dump()), std::string::npos) << out;
+  }
   write_file(state_file, state_text);
 
   write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n{\"step\":2,\"loss\":\"x\"}\n");

@@ -67,7 +67,7 @@ RunResult run(bool graph, Recompute recompute, const std::string& model_type = "
         count += b.targets[i] != ops::kIgnoreIndex;
       }
     }
-    runner.launch(s + 1, 2e-3, count);
+    runner.launch(s + 1, s + 1, 2e-3, count);
     if (runner.in_flight() == 2) r.steps.push_back(runner.collect());  // one step late, as the trainer does
   }
   while (runner.in_flight() > 0) r.steps.push_back(runner.collect());

@@ -156,7 +156,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     std::copy(targets.begin(), targets.end(), b.targets);
     std::copy(positions.begin(), positions.end(), b.positions);
     std::copy(segments.begin(), segments.end(), b.segment_ids);
-    runner.launch(s + 1, 1e-4, B * T, eager);
+    runner.launch(s + 1, s + 1, 1e-4, B * T, eager);
     runner.collect();
   };
   std::vector<double> step_ms;

@@ -65,13 +65,13 @@ void TrainStep::body() {
   ops::copy(ctx_, results_.slice_rows(1, 2), optimizer_.grad_norm());
 }
 
-void TrainStep::launch(int64_t step, double lr, int64_t target_count, bool eager) {
+void TrainStep::launch(int64_t step, int64_t update, double lr, int64_t target_count, bool eager) {
   INGOT_CHECK(host_slot_open_, "TrainStep::launch: no batch was written since the last launch");
   INGOT_CHECK(pending_.size() < 2, "TrainStep: two steps are in flight already; collect() first");
   host_slot_open_ = false;
   const int slot = static_cast<int>(launches_ % 2);
   inputs_up_.upload(slot, model_.staged_inputs());
-  optimizer_.set_step(lr, step, static_cast<double>(std::max<int64_t>(target_count, 1)));
+  optimizer_.set_step(lr, update, static_cast<double>(std::max<int64_t>(target_count, 1)));
 
   // A generation forward of a shorter input rebinds the activations: restore the step's shapes.
   model_.bind_full_batch();

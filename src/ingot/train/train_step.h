@@ -25,7 +25,7 @@
 namespace ingot {
 
 struct StepResult {
-  int64_t step = 0;       // 1-based optimizer step
+  int64_t step = 0;       // 1-based training step
   double loss_sum = 0;    // sum of per-target losses over the step's micro-batches
   double grad_norm = 0;   // global norm of the mean-loss gradient, before clipping
 };
@@ -39,10 +39,11 @@ class TrainStep {
 
   // Host buffers for micro-batch `micro` of the next launch, (B, T) each.
   data::BatchBuffers host_batch(int64_t micro);
-  // Enqueues one optimizer step on the batches written since the last launch. target_count:
-  // how many targets are not ignored (the loss is their mean). eager: never capture or replay
-  // (the profiler times ops one by one).
-  void launch(int64_t step, double lr, int64_t target_count, bool eager = false);
+  // Enqueues one optimizer step on the batches written since the last launch. step: the 1-based
+  // training step it reports as; update: the 1-based count of updates made with it (AdamW's t, which
+  // runs behind step when steps without targets made none). target_count: how many targets are not
+  // ignored (the loss is their mean). eager: never capture or replay (the profiler times ops one by one).
+  void launch(int64_t step, int64_t update, double lr, int64_t target_count, bool eager = false);
   // Waits for the oldest step not yet collected and returns its results.
   StepResult collect();
   int64_t in_flight() const { return static_cast<int64_t>(pending_.size()); }

@@ -479,6 +479,10 @@ nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Tran
   if (fs::path(dir).filename().string() != "checkpoint-" + std::to_string(step))
     fail(state_file, ": key \"step\" is ", step, ", but the checkpoint directory is ", fs::path(dir).filename().string(),
          ": the checkpoint is damaged");
+  if (state.contains("updates") &&
+      (!state["updates"].is_number_integer() || state["updates"].get<int64_t>() < 0 || state["updates"].get<int64_t>() > step))
+    fail(state_file, ": key \"updates\" (AdamW updates made) must be an integer from 0 to the step, ", step, ", got ",
+         io::json_brief(state["updates"]), ": the checkpoint is damaged");
   return state;
 }
 
@@ -654,6 +658,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   }
 
   int64_t start_step = 0;
+  // Updates made so far: AdamW's t, whose bias correction starts over at the first update, not at
+  // the first step (a step without trained targets makes none), as torch's AdamW counts step() calls.
+  int64_t updates_done = 0;
   if (options.resume) {
     const std::vector<std::string> checkpoints = list_checkpoints(c.output_dir);
     const std::string dir = checkpoints.back();
@@ -684,6 +691,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
            mismatch, "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
     loader.restore_state(state["data"]);
     start_step = state["step"].get<int64_t>();
+    // Checkpoints before 2026-12-02 do not record it: their runs counted updates by step.
+    updates_done = state.value("updates", start_step);
     // Below the checkpoint's step, max_steps is a typo or the wrong run: "nothing to do" and exit 0
     // would hide it (at the step itself, a finished run resumed again, it is nothing to do).
     if (start_step > c.max_steps)
@@ -745,7 +754,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   auto save = [&](int64_t step, bool commit = true) {
     CheckpointContents contents;
     contents.step = step;
-    contents.trainer_state = {{"step", step}, {"data", loader.save_state()}, {"seed", c.seed},
+    // A checkpoint is saved with no later step in flight, so updates_done counts this step's.
+    contents.trainer_state = {{"step", step}, {"updates", updates_done}, {"data", loader.save_state()}, {"seed", c.seed},
                               {"max_steps", c.max_steps}, {"learning_rate", c.learning_rate},
                               {"lr_scheduler_type", c.lr_scheduler_type}, {"precision", recipe.name},
                               {"recipe", describe(recipe)}, {"micro_batch_size", c.micro_batch_size},
@@ -779,7 +789,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // always has the next step queued while the host logs and loads data. A step that evaluates or
   // saves is finished before the next launch, since both need its weights.
   struct Launched {
-    int64_t step;   // 1-based
+    int64_t step;    // 1-based
+    int64_t update;  // 1-based count of updates, AdamW's t
     double lr;
     int64_t count;  // targets that are not ignored
   };
@@ -874,6 +885,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
            "); lower learning_rate or max_grad_norm, or check the data");
     }
     ++updates_finished;
+    updates_done = info.update;
     finish_step(info.step, info.lr, loss, res.grad_norm);
   };
 
@@ -895,8 +907,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       finish_step(step + 1, lr, std::nullopt, std::nullopt);
       continue;
     }
-    runner.launch(step + 1, lr, count);
-    in_flight.push_back({step + 1, lr, count});
+    const int64_t update = (in_flight.empty() ? updates_done : in_flight.back().update) + 1;
+    runner.launch(step + 1, update, lr, count);
+    in_flight.push_back({step + 1, update, lr, count});
     // On the CPU a launch runs the step to the end, so there is nothing to overlap: finishing it at
     // once keeps each logged window (tokens/s) to the steps it reports, the last one included.
     if (in_flight.size() == 2 || ctx.device != Device::cuda) finish_oldest();
