@@ -935,7 +935,7 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
        {std::pair{"$'tr\\e[2Jian'", "unknown command \"tr\\x1b[2Jian\""},
         std::pair{"$'tr\\xc2\\x9b2Jian'", "unknown command \"tr\\xc2\\x9b2Jian\""},  // UTF-8 CSI
         std::pair{"generate $'nowhere\\r\\e[2K'", "no such model or checkpoint: nowhere\\x0d\\x1b[2K"},
-        std::pair{"generate x --temperature $'\\e[31m1'", "--temperature: must be a finite number, got \"\\x1b[31m1\""}}) {
+        std::pair{"generate x --temperature $'\\e[31m1'", "--temperature: must be a finite number in plain decimal (no leading 0, no base prefix), got \"\\x1b[31m1\""}}) {
     EXPECT_NE(0, run_command("bash -c \"" + cli() + " " + args + "\"", &out)) << args;
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.find('\x1b'), std::string::npos) << args;
@@ -974,7 +974,11 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
 
   ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 1, 0), "ok", "", &out)) << out;
   for (const auto& [flags, message] : {std::pair{"--temperature -1", "--temperature must be a finite number >= 0"},
-                                       std::pair{"--temperature nan", "--temperature: must be a finite number, got \"nan\""},
+                                       std::pair{"--temperature nan", "--temperature: must be a finite number in plain decimal (no leading 0, no base prefix), got \"nan\""},
+                                       // strtod reads hex floats: 0x10 ran at temperature 16.
+                                       std::pair{"--temperature 0x10", "--temperature: must be a finite number in plain decimal (no leading 0, no base prefix), got \"0x10\""},
+                                       std::pair{"--temperature 010", "got \"010\""},
+                                       std::pair{"--temperature 1e999", "--temperature: is out of range: \"1e999\""},
                                        std::pair{"--top-k -1", "--top-k must be 0"},
                                        std::pair{"--max-new-tokens -5", "--max-new-tokens must be 0 or more"},
                                        std::pair{"--device tpu", "device must be auto, cpu or cuda"},

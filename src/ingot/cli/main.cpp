@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <regex>
 #include <string_view>
 #include <unistd.h>
 
@@ -48,13 +49,15 @@ std::string plain_integer_error(const std::string& text) {
   return errno == ERANGE ? "is out of range: \"" + text + "\"" : std::string();
 }
 const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "INT");
+// Decimal notation only: strtod alone also reads hex floats ("0x10" is 16) and "010".
 const CLI::Validator kReal(
     [](std::string& text) {
-      char* end = nullptr;
+      static const std::regex decimal(R"([+-]?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|[+-]?\.[0-9]+([eE][+-]?[0-9]+)?)");
+      if (!std::regex_match(text, decimal))
+        return "must be a finite number in plain decimal (no leading 0, no base prefix), got \"" + text + "\"";
       errno = 0;
-      const double value = text.empty() ? 0.0 : std::strtod(text.c_str(), &end);
-      const bool whole = !text.empty() && end == text.c_str() + text.size() && errno != ERANGE;
-      return whole && std::isfinite(value) ? std::string() : "must be a finite number, got \"" + text + "\"";
+      const double value = std::strtod(text.c_str(), nullptr);
+      return errno != ERANGE && std::isfinite(value) ? std::string() : "is out of range: \"" + text + "\"";
     },
     "NUMBER");
 

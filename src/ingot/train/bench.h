@@ -1,6 +1,6 @@
 // `ingot bench`: training throughput of a randomly initialised model at a fixed shape. Warm-up
 // steps, then the median of timed steps (synchronised host clock around each whole step), reported
-// as tokens/s, MFU (DESIGN.md: tokens/s x FLOPs/token / 989.4e12), step ms and peak memory.
+// as tokens/s, MFU (tokens/s x FLOPs/token / 989.4e12, the FLOPs of docs/perf.md's opening), step ms and peak memory.
 #pragma once
 #include <cstdint>
 #include <iosfwd>

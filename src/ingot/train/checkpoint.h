@@ -3,7 +3,7 @@
 //                                      precision (f32 master weights when the recipe has them), so a
 //                                      checkpoint is also a model directory transformers can load
 //   optimizer.safetensors              exp_avg and exp_avg_sq, flat (P) in the optimizer's dtype
-//   trainer_state.json                 step, data cursor, seed, schedule position, loss history
+//   trainer_state.json                 step, updates, data cursor, seed, schedule and optimizer settings (docs/formats.md)
 //   tokenizer.json etc.                copied from the model or data directory when present
 // A checkpoint is written to checkpoint-<step>.tmp-<pid> and renamed, so a directory named
 // checkpoint-<step> is always complete. Only the newest save_total_limit are kept.
