@@ -1008,6 +1008,24 @@ TEST(DataPrepare, TextDocumentsGetTheTokenizersSpecialTokens) {
   EXPECT_NE(msg.find("max_seq_len 2 leaves no room for text: every document also takes 2 token(s)"), std::string::npos) << msg;
 }
 
+// Documents of whitespace only carry no text: skipped, and counted in the report (they went
+// without a word). Nothing between two separators is no document.
+TEST(DataPrepare, BlankDocumentsAreSkippedAndCounted) {
+  const std::string dir = test::temp_dir("prepare_blank");
+  write_text(dir + "/in/a.txt", "one\n%\n \t\n%\n%\ntwo\n%\n");
+  write_text(dir + "/in/b.txt", " \n\n");
+  write_text(dir + "/in/c.jsonl", "{\"text\": \"three\"}\n{\"text\": \"  \"}\n{\"text\": \"\"}\n");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/in"};
+  o.output_dir = dir + "/out";
+  o.doc_separator = "%";
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 3);
+  EXPECT_EQ(r.blank_documents, 4);  // a.txt's " \t\n", b.txt, c.jsonl's "  " and ""
+  EXPECT_NE(r.to_string().find("prepare: skipped 4 blank documents (whitespace only)"), std::string::npos) << r.to_string();
+}
+
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   const std::string dir = test::temp_dir("prepare_bad_jsonl");
   const std::string file = dir + "/bad.jsonl";

@@ -673,6 +673,7 @@ std::string PrepareReport::to_string() const {
     s << "\nprepare: skipped " << skipped_binary_files
       << " binary files (the first: " << first_skipped_binary_file << ")";
   if (empty_files) s << "\nprepare: skipped " << empty_files << " empty files";
+  if (blank_documents) s << "\nprepare: skipped " << blank_documents << " blank documents (whitespace only)";
   if (!repeated_inputs.empty())
     s << "\nprepare: read once: " << repeated_inputs.front()
       << (repeated_inputs.size() > 1 ? " and " + std::to_string(repeated_inputs.size() - 1) + " more" : std::string())
@@ -832,7 +833,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
             else if (const auto& text = field->get_ref<const std::string&>(); !is_blank(text))
               add_text(where, text, line_bytes);
             else
-              progress.advance(line_bytes);
+              ++report.blank_documents, progress.advance(line_bytes);
           } else {
             try {
               PendingDocument doc;
@@ -886,7 +887,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         if (!is_blank(content))
           add_text(name, content, static_cast<int64_t>(content.size()));
         else
-          progress.advance(static_cast<int64_t>(content.size()));
+          ++report.blank_documents, progress.advance(static_cast<int64_t>(content.size()));
         continue;
       }
       // Lines equal to the separator (ignoring a trailing \r) end a document; they are not part of
@@ -898,6 +899,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         const int64_t bytes = static_cast<int64_t>(consumed_to) - static_cast<int64_t>(doc_begin);
         if (!is_blank(doc))
           add_text(name + ":" + std::to_string(doc_line), doc, bytes);
+        else if (!doc.empty())
+          ++report.blank_documents, progress.advance(bytes);  // nothing between two separators is no document
         else
           progress.advance(bytes);
       };

@@ -96,6 +96,7 @@ struct PrepareReport {
   std::string first_skipped_binary_file;
   int64_t skipped_json_lines = 0;  // invalid lines / records, only with skip_invalid_json
   int64_t empty_files = 0;         // found in a directory and empty (skipped)
+  int64_t blank_documents = 0;     // documents of whitespace only (JSONL text fields, separated docs, files): skipped
   std::vector<std::string> repeated_inputs;  // files named on the command line more than once (read once)
   int64_t trained_tokens = 0;      // tokens whose loss-mask byte is 1 (= num_tokens without a mask)
   int64_t truncated = 0;           // documents cut to max_seq_len
