@@ -12,6 +12,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -638,6 +639,15 @@ TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;
   EXPECT_NE(out.find("note: eos_token_id 256 from the data's meta.json"), std::string::npos) << out;
   EXPECT_EQ(nlohmann::json::parse(read_file(root + "/run/checkpoint-1/config.json")).at("eos_token_id"), 256);
+  // Resumed, the run keeps its checkpoints' id, whatever the data's meta.json says by then (an edit
+  // made it 5, and a deleted meta.json dropped it, without a word).
+  nlohmann::json meta = nlohmann::json::parse(read_file(data + "/meta.json"));
+  meta["eos_id"] = 5;
+  write_file(data + "/meta.json", meta.dump());
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 0), "run", "--resume", &out)) << out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(root + "/run/checkpoint-2/config.json")).at("eos_token_id"), 256);
+  meta["eos_id"] = 256;
+  write_file(data + "/meta.json", meta.dump());
   std::string config = tiny_config(data, root + "/own", 1, 0);
   config.replace(config.find("  vocab_size"), 0, "  eos_token_id: 3\n");
   ASSERT_EQ(0, train(config, "own", "", &out)) << out;
@@ -777,6 +787,28 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n{\"step\":2,\"loss\":\"x\"}\n");
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
   EXPECT_NE(out.find(metrics_file + " line 2: \"loss\" must be a number or null, got \"x\""), std::string::npos) << out;
+  // attention_switches printed a bare JSON library error.
+  state = nlohmann::json::parse(state_text);
+  state["attention_switches"] = nlohmann::json::object();
+  write_file(state_file, state.dump());
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find(state_file + ": key \"attention_switches\" must be a string, got {}"), std::string::npos) << out;
+  write_file(state_file, state_text);
+  // A FIFO in metrics.jsonl's place blocked the resume for good (and a link to /dev/zero filled the memory).
+  fs::remove(metrics_file);
+  ASSERT_EQ(0, ::mkfifo(metrics_file.c_str(), 0644));
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find("cannot read the run's metrics " + metrics_file + ": it is not a regular file"), std::string::npos) << out;
+  fs::remove(metrics_file);
+  // A directory in loss.svg's place failed the run after its last save, every step done.
+  fs::remove(root + "/run/loss.svg");
+  fs::create_directory(root + "/run/loss.svg");
+  write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n");
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find("the run's loss plot " + root + "/run/loss.svg is a directory"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3"));
+  fs::remove(root + "/run/loss.svg");
+
   write_file(metrics_file, "{\"step\":1,\"loss\":5.0,\"lr\":0.0,\"val_loss\":null}\n");
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
 }
@@ -876,12 +908,34 @@ TEST_F(Training, ResumeNamesAChangedValidationSplit) {
             std::string::npos) << out;
   // A damaged cursor is the checkpoint's fault, not the config's.
   const std::string state_file = root + "/run/checkpoint-2/trainer_state.json";
-  nlohmann::json state = nlohmann::json::parse(read_file(state_file));
-  state["data"]["index"] = -5;
+  const std::string state_text = read_file(state_file);
+  nlohmann::json state = nlohmann::json::parse(state_text);
+  state["data"]["index"] = 99999;
   write_file(state_file, state.dump(2));
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
-  EXPECT_NE(out.find("data: saved loader cursor (epoch 0, index -5) is out of range"), std::string::npos) << out;
+  EXPECT_NE(out.find("data: saved loader cursor (epoch 0, index 99999) is out of range"), std::string::npos) << out;
   EXPECT_EQ(out.find("keeps its data settings"), std::string::npos) << out;
+  // A cursor value of the wrong kind is named with the file and key. A fractional index was cut to
+  // a whole one, and training went on from another place in the data; the others printed a bare
+  // JSON library error.
+  for (const auto& [key, value, message] :
+       {std::tuple{"index", nlohmann::json(2.5), "key \"index\" must be a non-negative integer, got 2.5"},
+        std::tuple{"index", nlohmann::json(-5), "key \"index\" must be a non-negative integer, got -5"},
+        std::tuple{"epoch", nlohmann::json("4"), "key \"epoch\" must be a non-negative integer, got \"4\""},
+        std::tuple{"num_tokens", nlohmann::json(18446744073709551615ull), "key \"num_tokens\" must be a non-negative integer"},
+        std::tuple{"packing", nlohmann::json(3), "key \"packing\" must be a string, got 3"},
+        std::tuple{"seed", nlohmann::json(), "key \"seed\" must be a non-negative integer, got null"}}) {
+    state = nlohmann::json::parse(state_text);
+    state["data"][key] = value;
+    write_file(state_file, state.dump(2));
+    EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << key;
+    EXPECT_NE(out.find(state_file + ": key \"data\" (the data loader's cursor): " + message), std::string::npos) << out;
+  }
+  state = nlohmann::json::parse(state_text);
+  state["data"].erase("seq_len");
+  write_file(state_file, state.dump(2));
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find(state_file + ": key \"data\" (the data loader's cursor): key \"seq_len\" is missing"), std::string::npos) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

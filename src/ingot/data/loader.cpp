@@ -378,6 +378,26 @@ nlohmann::json DataLoader::save_state() const {
           {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_}};
 }
 
+std::string DataLoader::malformed_state(const nlohmann::json& state) {
+  if (!state.is_object()) return "not an object";
+  // Whole numbers only: a fractional index was cut to an integer and training went on elsewhere.
+  // seed and epoch_seed_stride are 64-bit unsigned; the counts fit int64.
+  auto count = [&](const char* key, bool required) -> std::string {
+    if (!state.contains(key)) return required ? std::string("key \"") + key + "\" is missing" : "";
+    const nlohmann::json& v = state[key];
+    const bool full_range = std::string_view(key) == "seed" || std::string_view(key) == "epoch_seed_stride";
+    const bool fits = v.is_number_unsigned() ? full_range || v.get<uint64_t>() <= uint64_t(INT64_MAX)
+                                             : v.is_number_integer() && v.get<int64_t>() >= 0;
+    return fits ? "" : std::string("key \"") + key + "\" must be a non-negative integer, got " + io::json_brief(v);
+  };
+  for (const char* key : {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens"})
+    if (std::string problem = count(key, true); !problem.empty()) return problem;
+  if (std::string problem = count("epoch_seed_stride", false); !problem.empty()) return problem;
+  if (state.contains("packing") && !state["packing"].is_string())
+    return "key \"packing\" must be a string, got " + io::json_brief(state["packing"]);
+  return "";
+}
+
 std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
   std::ostringstream s;
   try {
@@ -407,8 +427,8 @@ std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
 
 void DataLoader::restore_state(const nlohmann::json& state) {
   try {
-    // state_mismatch passes over a malformed state: reading its keys here names that.
-    for (const char* key : {"seed", "seq_len", "num_train_windows", "num_tokens"}) (void)state.at(key).get<int64_t>();
+    // state_mismatch passes over a malformed state: this names what is wrong.
+    if (const std::string problem = malformed_state(state); !problem.empty()) fail("data: malformed loader state: ", problem);
     if (const std::string mismatch = state_mismatch(state); !mismatch.empty()) fail(mismatch);
     const auto epoch = state.at("epoch").get<int64_t>();
     const auto index = state.at("index").get<int64_t>();

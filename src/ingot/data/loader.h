@@ -128,6 +128,9 @@ class DataLoader {
   // the dataset, the split), as restore_state's message; "" when nothing does, or when the state is
   // malformed (restore_state names that). Lets a caller tell a changed config from damage.
   std::string state_mismatch(const nlohmann::json& state) const;
+  // What is malformed in a saved state, naming the key (a key missing, or a value that is not a
+  // non-negative integer, or packing not a string); "" when nothing is.
+  static std::string malformed_state(const nlohmann::json& state);
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_tokens() const { return num_tokens_; }

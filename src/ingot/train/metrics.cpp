@@ -30,8 +30,11 @@ std::string metrics_record_json(const MetricsRecord& r) {
 
 MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir_(output_dir) {
   const fs::path path = fs::path(dir_) / "metrics.jsonl";
-  if (resume_step >= 0 && fs::exists(path)) {
-    std::ifstream in(path);
+  std::error_code ec;
+  if (resume_step >= 0 && fs::symlink_status(path, ec).type() != fs::file_type::not_found) {
+    // Read whole as a regular file: a FIFO in its place blocked the resume for good, and a link to
+    // /dev/zero filled the memory.
+    std::istringstream in(io::read_text_file(path.string(), "the run's metrics"));
     std::string line;
     int64_t torn_line = 0;  // a line that is no record: only the last may be (a crash mid-write tore it)
     for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
@@ -64,6 +67,11 @@ MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir
       records_.push_back(r);
     }
   }
+  // The plot is replaced by a rename at every save: a directory in its place failed the run only
+  // after its last save, with every step done.
+  const fs::path plot = fs::path(dir_) / "loss.svg";
+  if (fs::is_directory(fs::symlink_status(plot, ec)))
+    fail("the run's loss plot ", plot.string(), " is a directory; a run writes its loss curve there: move it away");
   rewrite();
 }
 

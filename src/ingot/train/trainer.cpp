@@ -470,7 +470,9 @@ nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Tran
          state.is_object() && state.contains("step") ? state["step"].dump() : std::string("nothing"));
   if (!state.contains("data") || !state["data"].is_object())
     fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
-  for (const char* key : {"recipe", "precision", "attention_plan", "lr_scheduler_type", "config_source"})
+  if (const std::string problem = data::DataLoader::malformed_state(state["data"]); !problem.empty())
+    fail(state_file, ": key \"data\" (the data loader's cursor): ", problem, ": the checkpoint is damaged");
+  for (const char* key : {"recipe", "precision", "attention_plan", "attention_switches", "lr_scheduler_type", "config_source"})
     if (state.contains(key) && !state[key].is_string())
       fail(state_file, ": key \"", key, "\" must be a string, got ", io::json_brief(state[key]), ": the checkpoint is damaged");
   // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
@@ -524,7 +526,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // A model trained from scratch without an eos_token_id takes its data's end-of-text id, so that
   // its checkpoints and exports say where documents end (generate and transformers stop there).
   std::string eos_note;
-  if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
+  const std::vector<std::string> resumed = options.resume ? list_checkpoints(c.output_dir) : std::vector<std::string>();
+  if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !resumed.empty()) {
+    // A resumed run keeps the end of text its checkpoints have: the data's meta.json, edited or
+    // deleted since, rewrote it (or dropped it) without a word.
+    const ModelConfig saved = load_model_config(resumed.back());
+    model_config.eos_token_id = saved.eos_token_id;
+    model_config.eos_token_ids = saved.eos_token_ids;
+  } else if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
     std::set<int64_t> ids;
     for (const fs::path& d : data_dirs) {
       const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
