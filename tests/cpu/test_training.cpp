@@ -1164,8 +1164,8 @@ TEST_F(Training, NonFiniteWeightsAreNeverSaved) {
 }
 
 // On resume metrics.jsonl keeps the records up to the checkpoint's step and drops a torn last line
-// (a crash mid-write); a damaged line with records after it stops the resume, naming it, where it
-// was dropped from the rewritten file without a word.
+// (a crash mid-write, before its newline); a whole line that is no record, with records after it or
+// last, stops the resume, naming it, where it was dropped from the rewritten file without a word.
 TEST_F(Training, ResumeKeepsMetricsAndNamesADamagedLine) {
   const std::string dir = root + "/metrics";
   fs::create_directories(dir);
@@ -1177,8 +1177,12 @@ TEST_F(Training, ResumeKeepsMetricsAndNamesADamagedLine) {
   EXPECT_EQ(kept.find("\"step\":3"), std::string::npos) << kept;
   write_file(dir + "/metrics.jsonl", "{\"step\":1,\"loss\":3.0}\n{\"step\":2,\"lo\n" + records);
   const std::string msg = ingot::test::error_of([&] { ingot::MetricsLog resumed(dir, 3); });
-  EXPECT_NE(msg.find(dir + "/metrics.jsonl line 2 is not a metrics record, and lines follow it"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(dir + "/metrics.jsonl line 2 is not a metrics record: the file was edited or damaged"), std::string::npos) << msg;
   EXPECT_NE(read_file(dir + "/metrics.jsonl").find("{\"step\":2,\"lo\n"), std::string::npos) << "left as it was";
+  write_file(dir + "/metrics.jsonl", records + "this is not json\n");
+  const std::string last = ingot::test::error_of([&] { ingot::MetricsLog resumed(dir, 3); });
+  EXPECT_NE(last.find(dir + "/metrics.jsonl line 4 is not a metrics record"), std::string::npos) << last;
+  EXPECT_EQ(read_file(dir + "/metrics.jsonl"), records + "this is not json\n") << "left as it was";
 }
 
 // A full disk and a file-size limit are errors naming the file. metrics.jsonl's appends were

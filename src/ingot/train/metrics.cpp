@@ -36,16 +36,15 @@ MetricsLog::MetricsLog(const std::string& output_dir, int64_t resume_step) : dir
     // /dev/zero filled the memory.
     std::istringstream in(io::read_text_file(path.string(), "the run's metrics"));
     std::string line;
-    int64_t torn_line = 0;  // a line that is no record: only the last may be (a crash mid-write tore it)
     for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
       if (line.empty()) continue;
-      if (torn_line > 0)
-        fail(path.string(), " line ", torn_line, " is not a metrics record, and lines follow it: the file was edited "
-             "or damaged, and resuming would rewrite it without that line; mend or remove the line, then resume");
       nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded() || !j.is_object() || !j.contains("step")) {
-        torn_line = line_number;
-        continue;
+        // A crash mid-append tears the last line before its newline: that one is dropped. A whole
+        // line that is no record was edited or damaged, and the rewrite would drop it silently.
+        if (in.eof()) break;
+        fail(path.string(), " line ", line_number, " is not a metrics record: the file was edited or damaged, and "
+             "resuming would rewrite it without that line; mend or remove the line, then resume");
       }
       const std::string where = path.string() + " line " + std::to_string(line_number);
       if (!j["step"].is_number_integer()) fail(where, ": \"step\" must be an integer, got ", io::json_brief(j["step"]));
