@@ -1305,6 +1305,8 @@ TEST_F(Training, GenerateRefusesNonFiniteLogits) {
   write_file(checkpoint + "/config.json", config.dump());
   EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 4 --temperature 0", &out));
   EXPECT_NE(out.find("the weights or config.json of " + checkpoint + " give non-finite values"), std::string::npos) << out;
+  // The prompt printed so far ends its line; the error began on it ("the error: ...").
+  EXPECT_NE(out.find("the \nerror: generate: "), std::string::npos) << out;
 }
 
 // SIGTERM (or Ctrl-C) stops a prepare between documents as a failure does: no staging folder with

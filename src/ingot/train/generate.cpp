@@ -176,10 +176,12 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     logits.resize(static_cast<size_t>(tokenizer->vocab_size()));
     // NaN logits compare false either way: sampling would pick an arbitrary token, quietly.
     if (const auto bad = std::find_if(logits.begin(), logits.end(), [](double x) { return !std::isfinite(x); });
-        bad != logits.end())
+        bad != logits.end()) {
+      if (out) *out << "\n" << std::flush;  // the text so far ends its line: the error starts its own
       fail("generate: the model's logit for token ", bad - logits.begin(), " is ", *bad, " at position ", length - 1,
            " of the window: the weights or config.json of ", o.model_dir,
            " give non-finite values (check rope_theta, rms_norm_eps and the weights)");
+    }
     const int32_t next = sample(logits, o.temperature, o.top_k, rng);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     tokens.push_back(next);
