@@ -936,6 +936,31 @@ TEST_F(Training, ResumeNamesAChangedValidationSplit) {
   write_file(state_file, state.dump(2));
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
   EXPECT_NE(out.find(state_file + ": key \"data\" (the data loader's cursor): key \"seq_len\" is missing"), std::string::npos) << out;
+  write_file(state_file, state_text);
+
+  // Data prepared again to the same counts from other text (here: the same documents, each one's
+  // tokens reversed) passed every check of the cursor, and training went on with other tokens.
+  const std::string shard_file = data + "/train-00000.bin";
+  const std::string original = read_file(shard_file);
+  {
+    const ingot::data::Shard shard(shard_file);
+    ingot::data::ShardData reversed;
+    reversed.vocab_size = shard.vocab_size();
+    reversed.tokens.resize(static_cast<size_t>(shard.num_tokens()));
+    shard.read_tokens(0, shard.num_tokens(), reversed.tokens.data());
+    const auto starts = shard.document_starts();
+    reversed.document_starts.assign(starts.begin(), starts.end());
+    for (size_t d = 0; d < starts.size(); ++d)
+      std::reverse(reversed.tokens.begin() + static_cast<int64_t>(starts[d]),
+                   d + 1 < starts.size() ? reversed.tokens.begin() + static_cast<int64_t>(starts[d + 1]) : reversed.tokens.end());
+    ingot::data::write_shard(shard_file, reversed);
+  }
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
+  EXPECT_NE(out.find("hold other tokens than the dataset the checkpoint trained on (the same 12218 tokens in count, but not "
+                     "those sampled at 4096 places): the data was prepared again or changed; a resumed run keeps its data"),
+            std::string::npos) << out;
+  write_file(shard_file, original);
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
 }
 
 // A run killed before its first checkpoint leaves only metrics.jsonl: the refusal offers

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ingot/core/error.h"
+#include "ingot/core/rng.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/json_util.h"
 
@@ -195,6 +196,7 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
   if (num_tokens_ > 0 && !any_target)
     fail("data: no token of ", describe_files(files_), " is a training target (every loss-mask byte is 0); "
          "check how the data was prepared, or set train_on_inputs: true to train on every token");
+  fingerprint_ = token_fingerprint();
   window_tokens_.resize(T + 1);
   window_mask_.resize(T + 1);
   if (by_document()) {
@@ -372,10 +374,25 @@ void DataLoader::next_batch(int64_t batch_size, const BatchBuffers& out) {
   }
 }
 
+// The token count and the tokens at up to 4096 evenly spaced places, hashed: data prepared again
+// from other text to the same counts (which the cursor's other checks pass) gets another value.
+uint64_t DataLoader::token_fingerprint() const {
+  constexpr int64_t kSamples = 4096;
+  uint64_t hash = splitmix64(static_cast<uint64_t>(num_tokens_));
+  const int64_t samples = std::min(num_tokens_, kSamples);
+  for (int64_t i = 0; i < samples; ++i) {
+    int32_t token = 0;
+    gather(static_cast<int64_t>((static_cast<__int128>(i) * num_tokens_) / samples), 1, &token, nullptr);
+    hash = splitmix64(hash ^ static_cast<uint32_t>(token));
+  }
+  return hash;
+}
+
 nlohmann::json DataLoader::save_state() const {
   return {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
           {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_},
-          {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_}};
+          {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_},
+          {"token_fingerprint", fingerprint_}};
 }
 
 std::string DataLoader::malformed_state(const nlohmann::json& state) {
@@ -385,14 +402,16 @@ std::string DataLoader::malformed_state(const nlohmann::json& state) {
   auto count = [&](const char* key, bool required) -> std::string {
     if (!state.contains(key)) return required ? std::string("key \"") + key + "\" is missing" : "";
     const nlohmann::json& v = state[key];
-    const bool full_range = std::string_view(key) == "seed" || std::string_view(key) == "epoch_seed_stride";
+    const bool full_range = std::string_view(key) == "seed" || std::string_view(key) == "epoch_seed_stride" ||
+                            std::string_view(key) == "token_fingerprint";
     const bool fits = v.is_number_unsigned() ? full_range || v.get<uint64_t>() <= uint64_t(INT64_MAX)
                                              : v.is_number_integer() && v.get<int64_t>() >= 0;
     return fits ? "" : std::string("key \"") + key + "\" must be a non-negative integer, got " + io::json_brief(v);
   };
   for (const char* key : {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens"})
     if (std::string problem = count(key, true); !problem.empty()) return problem;
-  if (std::string problem = count("epoch_seed_stride", false); !problem.empty()) return problem;
+  for (const char* key : {"epoch_seed_stride", "token_fingerprint"})
+    if (std::string problem = count(key, false); !problem.empty()) return problem;
   if (state.contains("packing") && !state["packing"].is_string())
     return "key \"packing\" must be a string, got " + io::json_brief(state["packing"]);
   return "";
@@ -415,6 +434,10 @@ std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
     else if (num_tokens != num_tokens_)
       s << "data: saved loader state is for a dataset of " << num_tokens << " tokens but " << describe_files(files_)
         << " hold " << num_tokens_ << " tokens";
+    else if (state.contains("token_fingerprint") && state["token_fingerprint"].get<uint64_t>() != fingerprint_)
+      s << "data: " << describe_files(files_) << " hold other tokens than the dataset the checkpoint trained on (the "
+        << "same " << num_tokens_ << " tokens in count, but not those sampled at 4096 places): the data was prepared "
+        << "again or changed";
     else if (num_train != num_train_)  // the same tokens split otherwise: val_fraction moves the split
       s << "data: saved loader state has " << num_train << " train windows but this run has " << num_train_
         << " from the same " << num_tokens_ << " tokens in " << describe_files(files_)

@@ -162,10 +162,12 @@ class DataLoader {
   void ensure_permutation(int64_t epoch);
   void plan_documents(double val_fraction);
   bool by_document() const { return mode_ != PackingMode::stream; }
+  uint64_t token_fingerprint() const;
 
   std::vector<std::string> files_;
   std::vector<Shard> shards_;         // non-empty shards, in stream order
   std::vector<int64_t> shard_begin_;  // (num_shards + 1,) stream offset of each shard's token 0
+  uint64_t fingerprint_ = 0;          // token_fingerprint(), saved with the cursor
   bool any_loss_mask_ = false;
   bool use_loss_mask_ = true;
   int64_t seq_len_, num_tokens_ = 0, num_train_ = 0, num_val_ = 0, val_begin_ = 0;
