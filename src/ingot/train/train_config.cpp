@@ -110,17 +110,19 @@ void check_plain_integer(const std::string& text, const std::string& where) {
   if (!plain) fail(where, ": ", text, " is not a plain decimal integer (YAML would read it in another base); write it without a leading 0 or base prefix");
 }
 
+// The prefix of the YAML core schema's tags ("!!float" is "tag:yaml.org,2002:float").
+const std::string kCoreTag = "tag:yaml.org,2002:";
+
 // A YAML tag as the user wrote it: the core schema's "tag:yaml.org,2002:float" is "!!float".
 std::string shown_tag(const std::string& tag) {
-  const std::string core = "tag:yaml.org,2002:";
-  return tag.rfind(core, 0) == 0 ? "!!" + tag.substr(core.size()) : tag;
+  return tag.rfind(kCoreTag, 0) == 0 ? "!!" + tag.substr(kCoreTag.size()) : tag;
 }
 
 nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
   // A mapping or a list may carry only its own core tag, as a scalar only one that fits it.
   const std::string& own = node.Tag();
   const std::string kind = node.IsMap() ? "map" : node.IsSequence() ? "seq" : "";
-  if (!kind.empty() && !own.empty() && own != "?" && own != "!" && own != "tag:yaml.org,2002:" + kind)
+  if (!kind.empty() && !own.empty() && own != "?" && own != "!" && own != kCoreTag + kind)
     fail(where, ": the ", node.IsMap() ? "mapping" : "list", " carries the YAML tag ", shown_tag(own),
          ", which does not fit it (!!", kind, " does)");
   switch (node.Type()) {
@@ -142,8 +144,7 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
     case YAML::NodeType::Scalar: {
       const std::string text = node.Scalar();
       const std::string& tag = node.Tag();
-      const std::string core = "tag:yaml.org,2002:";
-      if (tag == "!" || tag == core + "str") return text;  // quoted or !!str: a string
+      if (tag == "!" || tag == kCoreTag + "str") return text;  // quoted or !!str: a string
       // Another explicit tag must name what the value reads as, as for the top-level keys: !foo
       // was ignored, and !!int on a real read as the real.
       const bool tagged = !tag.empty() && tag != "?";
@@ -152,12 +153,12 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
       double d;
       const bool is_bool = YAML::convert<bool>::decode(node, b), is_int = YAML::convert<int64_t>::decode(node, i);
       const bool is_real = YAML::convert<double>::decode(node, d);
-      if (tagged && !(tag == core + "bool" && is_bool) && !(tag == core + "int" && is_int && !is_bool) &&
-          !(tag == core + "float" && is_real && !is_bool))
+      if (tagged && !(tag == kCoreTag + "bool" && is_bool) && !(tag == kCoreTag + "int" && is_int && !is_bool) &&
+          !(tag == kCoreTag + "float" && is_real && !is_bool))
         fail(where, ": the value ", text, " carries the YAML tag ", shown_tag(tag), ", which does not fit it (!!str, !!bool, "
              "!!int and !!float are read)");
       if (is_bool) return b;  // y/n, yes/no and on/off too, as at the top level
-      if (is_int && tag != core + "float") {
+      if (is_int && tag != kCoreTag + "float") {
         check_plain_integer(text, where);
         return i;
       }
@@ -189,16 +190,15 @@ T scalar_as(const YAML::Node& node, const std::string& key, const std::string& s
   if (!node.IsScalar()) fail(source, ": key \"", key, "\" must be ", type_name);
   // A quoted or !!str scalar is a string, as in an inline model_config: "2" is not a number.
   if constexpr (!std::is_same_v<T, std::string>)
-    if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str")
+    if (node.Tag() == "!" || node.Tag() == kCoreTag + "str")
       fail(source, ": key \"", key, "\" must be ", type_name, ", got the string \"", node.Scalar(), "\"");
   // Any other explicit tag must be the key's own YAML type (an integer may stand for a real):
   // !foo was ignored, and !!float 3 read as the integer 3.
   const std::string& tag = node.Tag();
-  if (!tag.empty() && tag != "?" && tag != "!" && tag != "tag:yaml.org,2002:str") {  // "": a node made in code
-    const std::string core = "tag:yaml.org,2002:";
-    const bool fits = std::is_same_v<T, bool>       ? tag == core + "bool"
-                      : std::is_integral_v<T>       ? tag == core + "int"
-                      : std::is_floating_point_v<T> ? tag == core + "float" || tag == core + "int"
+  if (!tag.empty() && tag != "?" && tag != "!" && tag != kCoreTag + "str") {  // "": a node made in code
+    const bool fits = std::is_same_v<T, bool>       ? tag == kCoreTag + "bool"
+                      : std::is_integral_v<T>       ? tag == kCoreTag + "int"
+                      : std::is_floating_point_v<T> ? tag == kCoreTag + "float" || tag == kCoreTag + "int"
                                                     : false;
     if (!fits) fail(source, ": key \"", key, "\" must be ", type_name, ", and its value carries the YAML tag ", shown_tag(tag));
   }
