@@ -132,6 +132,13 @@ __global__ void embedding_backward_runs_kernel(TD* dtable, const float* partials
     add_into<VEC>(dtable + int64_t(id) * C + c, acc);
   }
 }
+
+// Calls f(std::integral_constant<int, 8>) when rows are 16-byte vectors, else with 1 element.
+template <typename F>
+void with_vector_width(bool vec, F&& f) {
+  if (vec) f(std::integral_constant<int, 8>{});
+  else f(std::integral_constant<int, 1>{});
+}
 }  // namespace
 
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
@@ -151,13 +158,11 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
     dispatch_float(table.dtype, op, [&](auto table_tag) {
       using TT = decltype(table_tag);
       constexpr int threads = 256;
-      if (vec) {
-        embedding_forward_kernel<8, TO, TT><<<grid_for(N * C / 8, threads, state), threads, 0, state.stream>>>(
+      with_vector_width(vec, [&](auto width) {
+        constexpr int VEC = decltype(width)::value;
+        embedding_forward_kernel<VEC, TO, TT><<<grid_for(N * C / VEC, threads, state), threads, 0, state.stream>>>(
             out.ptr<TO>(), ids.ptr<int32_t>(), table.ptr<TT>(), N, C, V);
-      } else {
-        embedding_forward_kernel<1, TO, TT><<<grid_for(N * C, threads, state), threads, 0, state.stream>>>(
-            out.ptr<TO>(), ids.ptr<int32_t>(), table.ptr<TT>(), N, C, V);
-      }
+      });
       INGOT_LAUNCH_CHECK("embedding_forward_kernel");
     });
   });
@@ -220,20 +225,15 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
     dispatch_float(dout.dtype, op, [&](auto g_tag) {
       using TG = decltype(g_tag);
       constexpr int threads = 256;
-      if (vec) {
-        embedding_backward_chunks_kernel<8, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
+      with_vector_width(vec, [&](auto width) {
+        constexpr int VEC = decltype(width)::value;
+        embedding_backward_chunks_kernel<VEC, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
             dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
         INGOT_LAUNCH_CHECK("embedding_backward_chunks_kernel");
-        embedding_backward_runs_kernel<8, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
+        embedding_backward_runs_kernel<VEC, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
             dtable.ptr<TD>(), partials, sorted_ids, N, C, V);
-      } else {
-        embedding_backward_chunks_kernel<1, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
-        INGOT_LAUNCH_CHECK("embedding_backward_chunks_kernel");
-        embedding_backward_runs_kernel<1, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), partials, sorted_ids, N, C, V);
-      }
-      INGOT_LAUNCH_CHECK("embedding_backward_runs_kernel");
+        INGOT_LAUNCH_CHECK("embedding_backward_runs_kernel");
+      });
     });
   });
 }
