@@ -515,7 +515,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints the message (or the help); a mistake exits with 2 like an unknown command,
+    // not with CLI11's per-kind codes.
+    return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
     std::cerr << "error: " << printable(e.what()) << "\n";
     return 2;
