@@ -1272,6 +1272,24 @@ TEST_F(CudaPerf, LlmShapes) {
 // "args-once" counts every tensor argument once (the step-level op timing's metric); "moved" is
 // the fewest bytes the op must move (in-place tensors read and written; rope: rotated heads only).
 // docs/kernel-notes.md keeps the numbers.
+// The ceilings docs/perf.md and docs/kernel-notes.md measure kernels against: a bf16 GEMM of
+// 8192^3 (cuBLASLt through linear_forward), in a burst and after ~1.5 s of back-to-back calls
+// (under the power cap the clock falls), and a device-to-device copy of 1 GiB (bytes read +
+// written), far past the 50 MB L2.
+TEST_F(CudaPerf, Ceilings) {
+  std::printf("Ceilings on %s\n", cuda::device_name().c_str());
+  const int64_t S = 8192;
+  Tensor a = random_device(DType::bf16, {S, S}, 21), b = random_device(DType::bf16, {S, S}, 22, 0.02);
+  Tensor c = alloc(DType::bf16, {S, S});
+  const double flops = 2.0 * S * S * S;
+  auto gemm = [&] { ops::linear_forward(gpu, c, a, b, Tensor{}); };
+  report_flops("bf16 GEMM 8192^3, burst", flops, time_ms(gemm, 3, 10));
+  report_flops("bf16 GEMM 8192^3, sustained", flops, time_ms(gemm, 1000, 200));
+  const int64_t n = int64_t(1) << 29;  // 1 GiB of bf16
+  Tensor src = random_device(DType::bf16, {n}, 23), dst = alloc(DType::bf16, {n});
+  report_bytes("copy 1 GiB (read + written)", 2.0 * 2.0 * n, time_ms([&] { ops::copy(gpu, dst, src); }));
+}
+
 TEST_F(CudaPerf, NormRopeShapes) {
   struct Model {
     const char* name;
