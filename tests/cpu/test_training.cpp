@@ -998,6 +998,21 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   // train_data errors name the setting; an empty entry and a list written "a,b" are said as such.
   refused("--set train_data=", "--set train_data=: a \"train_data\" entry is empty");
   refused("--set train_data=a,b", "--set train_data=a,b: data: shard path a,b does not exist (a list of paths is written [a, b])");
+  // Paths that name nothing usable are refused naming where the path came from (a walkthrough of
+  // the README found these three without it).
+  write_file(root + "/a_file", "x");
+  refused("--set output_dir=" + root + "/a_file",
+          "--set output_dir=" + root + "/a_file: output_dir " + root + "/a_file exists and is not a directory");
+  const std::string data_part = cfg.substr(cfg.find("train_data"));
+  EXPECT_NE(0, train("model: models/nothere\n" + data_part, "model", "", &out));
+  EXPECT_NE(out.find(root + "/model.yaml: model: no such model or checkpoint: models/nothere (a relative path is looked "
+                     "up from the current directory, then from the config file's folder)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(0, train("model_config: nothere/config.json\n" + data_part, "model_config", "", &out));
+  EXPECT_NE(out.find(root + "/model_config.yaml: model_config: cannot read model config nothere/config.json"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("then from the config file's folder"), std::string::npos) << out;
   std::string inf_theta = cfg;
   inf_theta.replace(inf_theta.find("  tie_word_embeddings"), 0, "  rope_theta: .inf\n");
   EXPECT_NE(0, train(inf_theta, "inf", "", &out));

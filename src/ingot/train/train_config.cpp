@@ -517,9 +517,22 @@ ModelConfig resolve_model_config(const TrainConfig& c) {
     }
     model = parse_model_config(c.model_config, source);
   }
-  else model = load_model_config(c.model_config);
+  else {
+    try {
+      model = load_model_config(c.model_config);
+    } catch (const Error& e) {
+      fail_reading_path(c, "model_config", c.model_config, e);
+    }
+  }
   if (c.init_std > 0) model.initializer_range = c.init_std;  // from scratch only (validate)
   return model;
+}
+
+void fail_reading_path(const TrainConfig& c, const char* key, const std::string& path, const std::exception& error) {
+  std::error_code ec;
+  const bool unfound_relative = std::filesystem::path(path).is_relative() && !std::filesystem::exists(path, ec);
+  fail(c.source_of({key}), ": ", key, ": ", error.what(),
+       unfound_relative ? " (a relative path is looked up from the current directory, then from the config file's folder)" : "");
 }
 
 }  // namespace ingot

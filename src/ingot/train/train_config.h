@@ -94,6 +94,12 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 // The architecture to train: from `model`'s config.json, or `model_config`.
 ModelConfig resolve_model_config(const TrainConfig& config);
 
+// Rethrows `error`, met while reading the path that config key `key` gave, prefixed with where that
+// value came from (the config file or its --set flag); for a relative path that names nothing it
+// adds where such paths are looked up.
+[[noreturn]] void fail_reading_path(const TrainConfig& config, const char* key, const std::string& path,
+                                    const std::exception& error);
+
 // The known key closest to `key` by edit distance ("" when nothing is close).
 std::string closest_key(const std::string& key, const std::vector<std::string>& known);
 

@@ -185,7 +185,7 @@ void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::ve
     fail(c.source_of({"output_dir", "model"}), ": output_dir ", c.output_dir, " is the folder of model ", c.model,
          "; give the run a folder of its own (its checkpoints, metrics and an --overwrite would mix with the model's files)");
   if (fs::exists(status) && !fs::is_directory(status))
-    fail("output_dir ", c.output_dir, " exists and is not a directory");
+    fail(c.source_of({"output_dir"}), ": output_dir ", c.output_dir, " exists and is not a directory");
   if (o.resume && !fs::exists(status))
     fail("--resume: output_dir ", c.output_dir, " does not exist");
 }
@@ -510,8 +510,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   const StopSignals stop;
   // model: a run's output_dir means its newest checkpoint, as for generate, export and info.
   TrainConfig c = config;
-  if (!c.model.empty() && (c.model = resolve_model_dir(config.model)) != config.model)
-    log << "model: " << c.model << " (the newest checkpoint of " << config.model << ")\n";
+  if (!c.model.empty()) {
+    try {
+      c.model = resolve_model_dir(config.model);
+    } catch (const Error& e) {
+      fail_reading_path(c, "model", config.model, e);
+    }
+    if (c.model != config.model) log << "model: " << c.model << " (the newest checkpoint of " << config.model << ")\n";
+  }
   // --overwrite moves the old run (checkpoints, metrics, plot) aside before the weights are read,
   // so they would be missing.
   if (!c.model.empty() && options.overwrite && !options.resume)
