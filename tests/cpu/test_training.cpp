@@ -1032,6 +1032,7 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         std::pair{"info x --seq abc", "--seq: must be a plain decimal integer"}}) {
     EXPECT_EQ(2, run_command(cli() + " " + args, &out)) << args << "\n" << out;
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
+    EXPECT_EQ(out.rfind("error: ", 0), 0u) << args << "\n" << out;
   }
   EXPECT_EQ(0, run_command(cli() + " train --help", &out)) << out;
   // Control bytes of what the user typed are shown escaped: an escape sequence in a path or value

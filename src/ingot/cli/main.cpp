@@ -383,8 +383,9 @@ int main(int argc, char** argv) {
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"Ingot: train Llama-family language models (see README.md)", "ingot"};
+  // "error: " like every other failure's message, so a script or a reader finds it the same way.
   app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
-    return printable(CLI::FailureMessage::simple(failed, e));
+    return "error: " + printable(CLI::FailureMessage::simple(failed, e));
   });
   app.require_subcommand(1);
 
