@@ -16,7 +16,7 @@ echo "=== sample (temperature 0.8, top-k 40) ==="
 "$ingot" generate runs/demo --prompt "The meaning of life is" --max-new-tokens 300 --seed 1
 echo
 val=$(grep val_loss runs/demo/metrics.jsonl | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
-echo "training took $((end - start)) s; final val_loss $val nats/byte"
+printf 'training took %d s; final val_loss %.4f nats/byte\n' "$((end - start))" "$val"
 echo "metrics:    runs/demo/metrics.jsonl"
 echo "plot:       runs/demo/loss.svg"
 echo "checkpoint: $(ls -d runs/demo/checkpoint-* | sort -t- -k2 -n | tail -1)"

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -481,10 +482,12 @@ std::string DataLoader::summary() const {
     s << packing_mode_name(mode_) << ": " << num_train_docs_ << " train + " << num_val_documents()
       << " val documents in " << num_train_ << " train (epoch 0) + " << num_val_ << " val rows of "
       << seq_len_ << " tokens";
-    if (val.num_rows() > 0)
-      s << " (val rows " << 100.0 * static_cast<double>(val.num_tokens()) /
-                                static_cast<double>(val.num_rows() * seq_len_)
-        << "% full)";
+    if (val.num_rows() > 0) {
+      char full[32];
+      std::snprintf(full, sizeof full, "%.1f%%",
+                    100.0 * static_cast<double>(val.num_tokens()) / static_cast<double>(val.num_rows() * seq_len_));
+      s << " (val rows " << full << " full)";
+    }
     // A document longer than a row trains as pieces that cannot attend to one another (an answer
     // apart from its question): said, not left to be found.
     int64_t longer = 0, longest = 0;

@@ -653,8 +653,10 @@ OverflowPolicy parse_overflow_policy(const std::string& name) {
 
 std::string PrepareReport::to_string() const {
   std::ostringstream s;
-  s << "prepare: " << num_documents << " documents, " << num_tokens << " tokens from " << num_files
-    << " files into " << shards.size() << " shard(s) in " << output_dir;
+  // "1 document", "2 documents".
+  auto count = [](int64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); };
+  s << "prepare: " << count(num_documents, "document") << ", " << count(num_tokens, "token") << " from "
+    << count(num_files, "file") << " into " << shards.size() << " shard(s) in " << output_dir;
   if (!chat_format.empty()) {
     char pct[64];
     std::snprintf(pct, sizeof pct, "%.1f%%",
@@ -672,8 +674,8 @@ std::string PrepareReport::to_string() const {
   if (skipped_binary_files)
     s << "\nprepare: skipped " << skipped_binary_files
       << " binary files (the first: " << first_skipped_binary_file << ")";
-  if (empty_files) s << "\nprepare: skipped " << empty_files << " empty files";
-  if (blank_documents) s << "\nprepare: skipped " << blank_documents << " blank documents (whitespace only)";
+  if (empty_files) s << "\nprepare: skipped " << count(empty_files, "empty file");
+  if (blank_documents) s << "\nprepare: skipped " << count(blank_documents, "blank document") << " (whitespace only)";
   if (!repeated_inputs.empty())
     s << "\nprepare: read once: " << repeated_inputs.front()
       << (repeated_inputs.size() > 1 ? " and " + std::to_string(repeated_inputs.size() - 1) + " more" : std::string())
