@@ -33,6 +33,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// "1 document", "2 documents".
+std::string counted(int64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
+
 struct InputFile {
   fs::path path;
   bool from_directory;  // found by walking a directory (binary files are skipped, not read)
@@ -158,8 +161,8 @@ class ShardSink {
                               writer_->num_documents()});
     if (options_.log)
       // The file's name alone: it is written in the staging folder, and moved when all is done.
-      *options_.log << "prepare: wrote " << fs::path(writer_->path()).filename().string() << " (" << writer_->num_tokens()
-                    << " tokens, " << writer_->num_documents() << " documents)\n";
+      *options_.log << "prepare: wrote " << fs::path(writer_->path()).filename().string() << " ("
+                    << counted(writer_->num_tokens(), "token") << ", " << counted(writer_->num_documents(), "document") << ")\n";
     writer_.reset();
   }
 
@@ -653,10 +656,8 @@ OverflowPolicy parse_overflow_policy(const std::string& name) {
 
 std::string PrepareReport::to_string() const {
   std::ostringstream s;
-  // "1 document", "2 documents".
-  auto count = [](int64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); };
-  s << "prepare: " << count(num_documents, "document") << ", " << count(num_tokens, "token") << " from "
-    << count(num_files, "file") << " into " << shards.size() << " shard(s) in " << output_dir;
+  s << "prepare: " << counted(num_documents, "document") << ", " << counted(num_tokens, "token") << " from "
+    << counted(num_files, "file") << " into " << shards.size() << " shard(s) in " << output_dir;
   if (!chat_format.empty()) {
     char pct[64];
     std::snprintf(pct, sizeof pct, "%.1f%%",
@@ -674,8 +675,8 @@ std::string PrepareReport::to_string() const {
   if (skipped_binary_files)
     s << "\nprepare: skipped " << skipped_binary_files
       << " binary files (the first: " << first_skipped_binary_file << ")";
-  if (empty_files) s << "\nprepare: skipped " << count(empty_files, "empty file");
-  if (blank_documents) s << "\nprepare: skipped " << count(blank_documents, "blank document") << " (whitespace only)";
+  if (empty_files) s << "\nprepare: skipped " << counted(empty_files, "empty file");
+  if (blank_documents) s << "\nprepare: skipped " << counted(blank_documents, "blank document") << " (whitespace only)";
   if (!repeated_inputs.empty())
     s << "\nprepare: read once: " << repeated_inputs.front()
       << (repeated_inputs.size() > 1 ? " and " + std::to_string(repeated_inputs.size() - 1) + " more" : std::string())
