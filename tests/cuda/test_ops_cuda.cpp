@@ -1267,11 +1267,6 @@ TEST_F(CudaPerf, LlmShapes) {
   }
 }
 
-// The memory-bound ops at the shapes of the models Ingot trains (N = 16384 tokens, bf16), each
-// timed over several buffer sets in rotation so that repeated runs do not measure the L2 cache.
-// "args-once" counts every tensor argument once (the step-level op timing's metric); "moved" is
-// the fewest bytes the op must move (in-place tensors read and written; rope: rotated heads only).
-// docs/kernel-notes.md keeps the numbers.
 // The ceilings docs/perf.md and docs/kernel-notes.md measure kernels against: a bf16 GEMM of
 // 8192^3 (cuBLASLt through linear_forward), in a burst and after ~1.5 s of back-to-back calls
 // (under the power cap the clock falls), and a device-to-device copy of 1 GiB (bytes read +
@@ -1290,6 +1285,11 @@ TEST_F(CudaPerf, Ceilings) {
   report_bytes("copy 1 GiB (read + written)", 2.0 * 2.0 * n, time_ms([&] { ops::copy(gpu, dst, src); }));
 }
 
+// The memory-bound ops at the shapes of the models Ingot trains (N = 16384 tokens, bf16), each
+// timed over several buffer sets in rotation so that repeated runs do not measure the L2 cache.
+// "args-once" counts every tensor argument once (the step-level op timing's metric); "moved" is
+// the fewest bytes the op must move (in-place tensors read and written; rope: rotated heads only).
+// docs/kernel-notes.md keeps the numbers.
 TEST_F(CudaPerf, NormRopeShapes) {
   struct Model {
     const char* name;

@@ -500,9 +500,12 @@ std::string DataLoader::summary() const {
     // of the tokens than the fraction says (89% in a reviewer's mix of short and long sets).
     const double doc_share = static_cast<double>(num_val_documents()) / static_cast<double>(documents_.size());
     const double token_share = static_cast<double>(val.num_tokens()) / static_cast<double>(num_tokens_);
-    if (token_share > 0.05 && token_share > 2 * doc_share)
-      s << "; the " << num_val_documents() << " val document(s), the data's last, hold " << 100.0 * token_share
-        << "% of its tokens (val_fraction counts documents)";
+    if (token_share > 0.05 && token_share > 2 * doc_share) {
+      char share[32];
+      std::snprintf(share, sizeof share, "%.1f%%", 100.0 * token_share);
+      s << "; the " << num_val_documents() << " val document(s), the data's last, hold " << share
+        << " of its tokens (val_fraction counts documents)";
+    }
   } else {
     s << num_train_ << " train + " << num_val_ << " val windows of " << seq_len_ << "+1 tokens";
   }

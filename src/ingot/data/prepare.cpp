@@ -673,8 +673,8 @@ std::string PrepareReport::to_string() const {
     << " (longer than max_seq_len)";
   if (dropped_no_target) s << ", dropped " << dropped_no_target << " with no assistant token";
   if (skipped_binary_files)
-    s << "\nprepare: skipped " << skipped_binary_files
-      << " binary files (the first: " << first_skipped_binary_file << ")";
+    s << "\nprepare: skipped " << counted(skipped_binary_files, "binary file")
+      << " (the first: " << first_skipped_binary_file << ")";
   if (empty_files) s << "\nprepare: skipped " << counted(empty_files, "empty file");
   if (blank_documents) s << "\nprepare: skipped " << counted(blank_documents, "blank document") << " (whitespace only)";
   if (!repeated_inputs.empty())

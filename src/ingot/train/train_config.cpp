@@ -530,7 +530,7 @@ ModelConfig resolve_model_config(const TrainConfig& c) {
 
 void fail_reading_path(const TrainConfig& c, const char* key, const std::string& path, const std::exception& error) {
   std::error_code ec;
-  const bool unfound_relative = std::filesystem::path(path).is_relative() && !std::filesystem::exists(path, ec);
+  const bool unfound_relative = std::filesystem::path(path).is_relative() && !std::filesystem::exists(path, ec) && !ec;
   fail(c.source_of({key}), ": ", key, ": ", error.what(),
        unfound_relative ? " (a relative path is looked up from the current directory, then from the config file's folder)" : "");
 }
