@@ -388,6 +388,16 @@ int main(int argc, char** argv) {
     return "error: " + printable(CLI::FailureMessage::simple(failed, e));
   });
   app.require_subcommand(1);
+  // What a bug report needs to say: the version and which backends this binary has.
+#ifdef INGOT_HAVE_CUDA
+#ifdef INGOT_HAVE_CUDNN
+  app.set_version_flag("--version", "ingot " INGOT_VERSION " (CPU and CUDA backends, cuDNN attention)");
+#else
+  app.set_version_flag("--version", "ingot " INGOT_VERSION " (CPU and CUDA backends, no cuDNN)");
+#endif
+#else
+  app.set_version_flag("--version", "ingot " INGOT_VERSION " (CPU backend only)");
+#endif
 
   auto* train = app.add_subcommand("train", "train a model from a YAML config");
   std::string config_path;
