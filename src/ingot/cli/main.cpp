@@ -48,7 +48,7 @@ std::string plain_integer_error(const std::string& text) {
   (void)std::strtoll(text.c_str(), nullptr, 10);
   return errno == ERANGE ? "is out of range: \"" + text + "\"" : std::string();
 }
-const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "INT");
+const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "");  // "": help shows the type, INT, once
 // Decimal notation only: strtod alone also reads hex floats ("0x10" is 16) and "010".
 const CLI::Validator kReal(
     [](std::string& text) {
@@ -59,7 +59,7 @@ const CLI::Validator kReal(
       const double value = std::strtod(text.c_str(), nullptr);
       return errno != ERANGE && std::isfinite(value) ? std::string() : "is out of range: \"" + text + "\"";
     },
-    "NUMBER");
+    "");
 
 int command_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool overwrite) {
   if (resume && overwrite) fail("--resume and --overwrite exclude each other");
