@@ -18,6 +18,12 @@ usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 case "$1" in -h|--help) usage ;; esac
 BUILD=$1; shift
+# INGOT_EXTRA is run.sh's own per-job variable, set from --ingot-args below: one from the
+# environment would be dropped without a word, and the table would describe a run that did not happen.
+if [ -n "${INGOT_EXTRA:-}" ]; then
+  echo "run.sh: INGOT_EXTRA is set in the environment (\"$INGOT_EXTRA\"); give Ingot's flags with --ingot-args" >&2
+  exit 2
+fi
 QUICK=0; SKIP_COMPILE=0; BUDGET=""; MODELS=""; BIG_ARG=""; SEQ=4096; MB=4; DEVICE=cuda; INGOT_ARGS=""; PACKED=0
 while [ $# -gt 0 ]; do
   case "$1" in
