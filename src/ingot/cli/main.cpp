@@ -48,7 +48,8 @@ std::string plain_integer_error(const std::string& text) {
   (void)std::strtoll(text.c_str(), nullptr, 10);
   return errno == ERANGE ? "is out of range: \"" + text + "\"" : std::string();
 }
-const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "");  // "": help shows the type, INT, once
+// The validators' descriptions are empty: help then names the option's type once ("--seq INT").
+const CLI::Validator kInteger([](std::string& text) { return plain_integer_error(text); }, "");
 // Decimal notation only: strtod alone also reads hex floats ("0x10" is 16) and "010".
 const CLI::Validator kReal(
     [](std::string& text) {
