@@ -1029,7 +1029,11 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
        {std::pair{"train x.yaml --bogus", "--bogus"},
         std::pair{"", "A subcommand is required"},
         std::pair{"info", "model is required"},
-        std::pair{"info x --seq abc", "--seq: must be a plain decimal integer"}}) {
+        std::pair{"info x --seq abc", "--seq: must be a plain decimal integer"},
+        std::pair{"train", "train: a CONFIG.yaml is required"},
+        std::pair{"train x.yaml --resume --overwrite", "--resume and --overwrite exclude each other"},
+        std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},
+        std::pair{"prepare x -o y --overflow drop", "--overflow applies to documents longer than --max-seq-len"}}) {
     EXPECT_EQ(2, run_command(cli() + " " + args, &out)) << args << "\n" << out;
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.rfind("error: ", 0), 0u) << args << "\n" << out;

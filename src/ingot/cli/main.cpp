@@ -39,6 +39,18 @@ namespace {
 
 // CLI11 reads an integer in the base its prefix names ("010" is 8, "0x10" 16), an empty value as
 // 0, and clamps one that overflows: numeric flags take plain decimal text, checked first.
+// A command line that parses but cannot run as given (a missing config, flags that exclude each
+// other or do not apply): exit 2, as for a line that does not parse.
+struct UsageError : Error {
+  using Error::Error;
+};
+template <typename... Parts>
+[[noreturn]] void usage_error(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw UsageError(message.str());
+}
+
 std::string plain_integer_error(const std::string& text) {
   const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
   const bool digits = text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;
@@ -63,7 +75,7 @@ const CLI::Validator kReal(
     "");
 
 int command_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool overwrite) {
-  if (resume && overwrite) fail("--resume and --overwrite exclude each other");
+  if (resume && overwrite) usage_error("--resume and --overwrite exclude each other");
   const TrainConfig config = load_train_config(config_path, overrides);
   TrainOptions options;
   options.resume = resume;
@@ -370,9 +382,9 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
                            Rule{"--train-on-inputs", !text, "--format chat or alpaca"},
                            Rule{"--messages-field", format == "chat", "--format chat"}})
     if (prepare.count(rule.flag) > 0 && !rule.applies)
-      fail("prepare: ", rule.flag, " applies to ", rule.where, ", not to --format ", format, "; leave it out");
+      usage_error("prepare: ", rule.flag, " applies to ", rule.where, ", not to --format ", format, "; leave it out");
   if (prepare.count("--overflow") > 0 && prepare.count("--max-seq-len") == 0)
-    fail("prepare: --overflow applies to documents longer than --max-seq-len, which is not given");
+    usage_error("prepare: --overflow applies to documents longer than --max-seq-len, which is not given");
 }
 
 }  // namespace
@@ -546,7 +558,7 @@ int main(int argc, char** argv) {
           std::cout << k.name << " (default " << k.default_value << "): " << k.help << "\n";
         return 0;
       }
-      if (config_path.empty()) fail("train: a CONFIG.yaml is required");
+      if (config_path.empty()) usage_error("train: a CONFIG.yaml is required");
       return command_train(config_path, overrides, resume, overwrite);
     }
     if (*prepare) {
@@ -563,6 +575,9 @@ int main(int argc, char** argv) {
       run_bench(bench_options, std::cout);
       return 0;
     }
+  } catch (const UsageError& e) {
+    std::cerr << "error: " << printable(e.what()) << "\nRun with --help for more information.\n";
+    return 2;
   } catch (const Error& e) {
     std::cerr << "error: " << printable(e.what()) << "\n";
     return 1;
