@@ -14,11 +14,14 @@ background=""
 # A background job of a script ignores SIGINT, and ingot keeps it ignored: stop it here.
 trap '[ -n "$background" ] && kill "$background" 2>/dev/null; wait 2>/dev/null; rm -rf "$scratch"' EXIT
 
+# since START: seconds from START (date +%s.%N) to now, to a tenth.
+since() { echo "$1 $(date +%s.%N)" | awk '{printf "%.1f", $2 - $1}'; }
+
 # run NAME [VAR=VALUE]: one training run; prints its wall seconds, or its log's end and fails.
 # The wait-policy variables of the caller's environment are dropped, so each row is what it says.
 run() {
   local name=$1; shift
-  local start end
+  local start
   start=$(date +%s.%N)
   if ! env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_NUM_THREADS "$@" "$build/ingot" train examples/demo.yaml \
       --set max_steps="$steps" --set eval_steps=100000 --set save_steps=100000 --set output_dir="$scratch/$name" \
@@ -27,8 +30,7 @@ run() {
     tail -5 "$scratch/$name.log" >&2
     return 1
   fi
-  end=$(date +%s.%N)
-  echo "$start $end" | awk '{printf "%.1f", $2 - $1}'
+  since "$start"
 }
 
 echo "demo model, $steps steps, $(nproc) cores, $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -46,7 +48,7 @@ for setting in "DEFAULT=1" "OMP_WAIT_POLICY=passive" "GOMP_SPINCOUNT=1000"; do
   run "${tag}b" "$setting" >/dev/null
   wait "$background"
   background=""
-  both=$(echo "$start $(date +%s.%N)" | awk '{printf "%.1f", $2 - $1}')
+  both=$(since "$start")
   label=$setting; [ "$setting" = "DEFAULT=1" ] && label="default (unset)"
   printf "%-26s %-22s %s\n" "$label" "$alone" "$both"
 done

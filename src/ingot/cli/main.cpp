@@ -37,8 +37,6 @@ using namespace ingot;
 
 namespace {
 
-// CLI11 reads an integer in the base its prefix names ("010" is 8, "0x10" 16), an empty value as
-// 0, and clamps one that overflows: numeric flags take plain decimal text, checked first.
 // A command line that parses but cannot run as given (a missing config, flags that exclude each
 // other or do not apply): exit 2, as for a line that does not parse.
 struct UsageError : Error {
@@ -46,11 +44,11 @@ struct UsageError : Error {
 };
 template <typename... Parts>
 [[noreturn]] void usage_error(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw UsageError(message.str());
+  fail_as<UsageError>(parts...);
 }
 
+// CLI11 reads an integer in the base its prefix names ("010" is 8, "0x10" 16), an empty value as
+// 0, and clamps one that overflows: numeric flags take plain decimal text, checked first.
 std::string plain_integer_error(const std::string& text) {
   const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
   const bool digits = text.size() > first && text.find_first_not_of("0123456789", first) == std::string::npos;

@@ -13,11 +13,17 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-template <typename... Parts>
-[[noreturn]] void fail(const Parts&... parts) {
+// Throws E (Error or a kind of it) with the parts streamed into one message.
+template <typename E, typename... Parts>
+[[noreturn]] void fail_as(const Parts&... parts) {
   std::ostringstream message;
   (message << ... << parts);
-  throw Error(message.str());
+  throw E(message.str());
+}
+
+template <typename... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  fail_as<Error>(parts...);
 }
 
 }  // namespace ingot

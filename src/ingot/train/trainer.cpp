@@ -532,14 +532,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // A model trained from scratch without an eos_token_id takes its data's end-of-text id, so that
   // its checkpoints and exports say where documents end (generate and transformers stop there).
   std::string eos_note;
-  const std::vector<std::string> resumed = options.resume ? list_checkpoints(c.output_dir) : std::vector<std::string>();
-  if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !resumed.empty()) {
+  const bool eos_unset = c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty();
+  const std::vector<std::string> resumed =
+      eos_unset && options.resume ? list_checkpoints(c.output_dir) : std::vector<std::string>();
+  if (eos_unset && !resumed.empty()) {
     // A resumed run keeps the end of text its checkpoints have: the data's meta.json, edited or
     // deleted since, rewrote it (or dropped it) without a word.
     const ModelConfig saved = load_model_config(resumed.back());
     model_config.eos_token_id = saved.eos_token_id;
     model_config.eos_token_ids = saved.eos_token_ids;
-  } else if (c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty() && !c.train_data.empty()) {
+  } else if (eos_unset && !c.train_data.empty()) {
     std::set<int64_t> ids;
     for (const fs::path& d : data_dirs) {
       const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
@@ -677,6 +679,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // the first step (a step without trained targets makes none), as torch's AdamW counts step() calls.
   int64_t updates_done = 0;
   if (options.resume) {
+    // Listed again under output_dir's lock: a run that held the folder may have saved since.
     const std::vector<std::string> checkpoints = list_checkpoints(c.output_dir);
     const std::string dir = checkpoints.back();
     // model: naming an older checkpoint of this run reads as "resume from there", which --resume
