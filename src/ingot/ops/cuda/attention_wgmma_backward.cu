@@ -253,6 +253,237 @@ __global__ void __launch_bounds__(kThreads, D == 64 ? 4 : 2)
 #endif
 }
 
+// ---- whole rows, D = 64: one kernel for dK, dV and dQ -------------------------------------------
+// The dK/dV kernel with the dQ kernel folded in, 5 tile products an item instead of 7 for the pair:
+// each item's dS^T also goes to shared memory, and the item's share of dQ, dS K (64 queries x D),
+// is a fifth product. The shares of one query tile come from the blocks of key tiles 0..qt and are
+// summed in f32 in a global accumulator, dq_acc (B, Hq, n_tiles * 64, D), in key-tile order, so the
+// sum repeats bit for bit: block kt adds its share once the turn counter of (row, head, query tile)
+// reads kt, and hands the turn on (kt + 1) once its add is complete. Key tile 0 stores instead of
+// adding, so dq_acc needs no clearing; the counters are cleared before each launch. Waiting cannot
+// deadlock: blocks start in linear order (tile_major_block), so block kt - 1 of the same kv head and
+// row is running or done when block kt waits on it.
+// The add is one bulk reduction of the share's 16 KiB, staged in shared memory, by the TMA unit
+// (cp.reduce.async.bulk): 4096 f32 atomics from registers an item cost 1.5 ms of Llama-3.2-1B's
+// 3.7 ms backward, and left unordered (plain atomics, no turns) 2.7 ms. A tile of dq_acc is stored
+// in the staging tile's layout, each row's float pairs permuted by the swizzle below, which keeps
+// the staging stores free of bank conflicts; dq_from_accumulator_kernel undoes it.
+// Items run query tile by query tile from the last, with the group's heads inside, so that every
+// block of a (kv head, row) meets the items in the same order and block kt takes each one just after
+// block kt - 1 did. (In a list-scheduling model of Llama-3.2-1B's grid at 3 blocks an SM, the dK/dV
+// kernel's order, heads outside and query tiles from the diagonal, leaves the slots waiting 15% of
+// the time; this order, none.) The hand-on of an item is deferred to the next item, after its first
+// products are issued, so that waiting for the reduction overlaps them.
+// Shared memory: K, V, Q and dO double-buffered, dS^T (seven 8 KiB tiles), the 16 KiB dQ share, lse
+// and delta of the streamed query rows double-buffered, 1 KiB to align: 74 KiB, 3 blocks an SM.
+constexpr int kShareBytes = kTile * 64 * 4;
+constexpr size_t fused_smem_bytes() {
+  return 7 * size_t(tile_bytes<64>()) + kShareBytes + 4 * kTile * sizeof(float) + 1024;
+}
+
+// Where element pair p (columns 2p, 2p + 1; p < 32) of row r sits in a 64 x 64 f32 share: the pairs
+// of each row permuted in groups of four, so that the 8 rows a warp's lanes store at once land in
+// different banks; pairs 2i and 2i + 1 stay adjacent (16-byte loads in the unswizzle).
+__host__ __device__ __forceinline__ int share_pair(int r, int p) { return r * 32 + (p ^ ((r & 7) << 2)); }
+
+// Spins (one thread) until *turn reads `mine`; acquire, so what the previous holder completed
+// before handing on is visible to the block after the barrier that follows.
+__device__ __forceinline__ void wait_turn(const int* turn, int mine) {
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(turn) : "memory");
+  } while (seen != mine);
+}
+
+// The share's bulk copy (add = false: key tile 0) or bulk reduction into dq_acc, one thread.
+__device__ __forceinline__ void bulk_share(float* dst, const float* share, bool add) {
+  if (add)
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(smem_u32(share)), "n"(kShareBytes)
+                 : "memory");
+  else
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(smem_u32(share)),
+                 "n"(kShareBytes)
+                 : "memory");
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// The issuing thread: once its bulk operation is complete (written to global memory, and done
+// reading the share), the next key tile's block may add.
+__device__ __forceinline__ void hand_on_turn(int* turn, int next) {
+  asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  __threadfence();
+  atomicExch(turn, next);
+}
+
+__global__ void __launch_bounds__(kThreads, 3)
+    wgmma_attention_backward_fused_kernel(bf16* dqkv, float* dq_acc, int* dq_turn, const bf16* dout,
+                                          const float* lse, const float* delta, const bf16* qkv, Shape s,
+                                          float scale, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = 64;
+  constexpr int kTileBytes = tile_bytes<D>();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  unsigned char* Ks = align_1024(smem_raw);
+  unsigned char* Vs = Ks + kTileBytes;
+  unsigned char* Q_buf = Vs + kTileBytes;          // [2] tiles
+  unsigned char* dO_buf = Q_buf + 2 * kTileBytes;  // [2] tiles
+  unsigned char* dSt = dO_buf + 2 * kTileBytes;    // dS^T (keys x queries), read by dQ += dS K
+  float* share = reinterpret_cast<float*>(dSt + kTileBytes);  // this item's dQ share, 64 x 64
+  float* lse_buf = share + kTile * D;                         // [2][kTile]
+  float* delta_buf = lse_buf + 2 * kTile;                     // [2][kTile]
+
+  const int n_tiles = int(gridDim.x);
+  const TileBlock block = tile_major_block();
+  const int kt = block.tile, g = block.head, b = block.row, group = s.Hq / s.Hkv;
+  const int T = s.T, k0 = kt * kTile;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t row_stride = int64_t(s.Htot()) * D, dout_stride = int64_t(s.Hq) * D;
+  const bf16* batch = qkv + int64_t(b) * T * row_stride;
+  const bf16* dout_batch = dout + int64_t(b) * T * dout_stride;
+
+  auto fetch_queries = [&](int hh, int qt, int buf) {
+    const int h = g * group + hh, q0 = qt * kTile;
+    stage_tile_async<D>(Q_buf + buf * kTileBytes, batch + int64_t(h) * D, row_stride, q0, T);
+    stage_tile_async<D>(dO_buf + buf * kTileBytes, dout_batch + int64_t(h) * D, dout_stride, q0, T);
+    stage_row_stats(lse_buf + buf * kTile, delta_buf + buf * kTile, lse + (int64_t(b) * s.Hq + h) * T,
+                    delta + (int64_t(b) * s.Hq + h) * T, q0, T);
+    cp_async_commit();
+  };
+  stage_tile_async<D>(Ks, batch + int64_t(s.Hq + g) * D, row_stride, k0, T);
+  stage_tile_async<D>(Vs, batch + int64_t(s.Hq + s.Hkv + g) * D, row_stride, k0, T);
+  int qt = n_tiles - 1, hh = 0;
+  fetch_queries(hh, qt, 0);
+
+  const int r_lo = warp * 16 + (lane >> 2);  // this lane's key rows (S^T, dK, dV) or query rows (dQ)
+  const uint64_t k_desc = k_major_base(smem_u32(Ks)), v_desc = k_major_base(smem_u32(Vs));
+  const uint64_t k_mn = mn_major_base(smem_u32(Ks)), dst_mn = mn_major_base(smem_u32(dSt));
+  const uint64_t q_k_desc0 = k_major_base(smem_u32(Q_buf)), do_k_desc0 = k_major_base(smem_u32(dO_buf));
+  const uint64_t q_mn_desc0 = mn_major_base(smem_u32(Q_buf)), do_mn_desc0 = mn_major_base(smem_u32(dO_buf));
+  float dk[D / 8][4], dv[D / 8][4], pt[8][4], dst[8][4];  // pt: S^T then P^T; dst: dP^T then dS^T
+  zero(dk);
+  zero(dv);
+  zero(pt);
+  zero(dst);
+  int pending_turn = -1;  // thread 0: the counter (index) of the previous item, handed on during this one
+
+  for (int buf = 0; qt >= kt; buf ^= 1) {
+    int next_hh = hh + 1, next_qt = qt;
+    if (next_hh == group) {
+      next_hh = 0;
+      --next_qt;
+    }
+    if (next_qt >= kt) {
+      fetch_queries(next_hh, next_qt, buf ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_async_shared();
+    __syncthreads();  // item (qt, hh) (and K, V) visible to every warp and to the tensor cores
+    const int h = g * group + hh, q0 = qt * kTile;
+    const uint64_t q_k = in_buffer(q_k_desc0, buf, kTileBytes), do_k = in_buffer(do_k_desc0, buf, kTileBytes);
+    const uint64_t q_mn = in_buffer(q_mn_desc0, buf, kTileBytes), do_mn = in_buffer(do_mn_desc0, buf, kTileBytes);
+    const float* lse_s = lse_buf + buf * kTile;
+    const float* delta_s = delta_buf + buf * kTile;
+
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(pt, k_step(k_desc, kk), k_step(q_k, kk), kk);  // S^T = K Q^T
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) wgmma_ss(dst, k_step(v_desc, kk), k_step(do_k, kk), kk);  // dP^T = V dO^T
+    wgmma_commit();
+    if (pending_turn >= 0) hand_on_turn(dq_turn + pending_turn, kt + 1);  // also frees the share for this item
+    pending_turn = -1;
+    wgmma_wait<1>();  // S^T
+
+    const bool masked = qt == kt || q0 + kTile > T;
+    const float* lse_lane = lse_s + 2 * (lane & 3);  // this lane's query columns: nt * 8 + 2 (lane & 3), + 1
+    const float* delta_lane = delta_s + 2 * (lane & 3);
+    for_each_entry(
+        masked,
+        [&](int nt, int e, bool attends) {
+          pt[nt][e] = attends ? exp2_ftz(fmaf(pt[nt][e], scale_log2, -lse_lane[nt * 8 + (e & 1)])) : 0.f;
+        },
+        [&](int nt, int e) {
+          const int kr = r_lo + (e >> 1) * 8, qc = nt * 8 + 2 * (lane & 3) + (e & 1);
+          return attention::attends(q0 + qc, k0 + kr, T, 0, 0);
+        });
+    wgmma_wait<0>();  // dP^T
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dst[nt][e] = pt[nt][e] * (dst[nt][e] - delta_lane[nt * 8 + (e & 1)]);
+    TileFragments p_frag, ds_frag;
+    tile_fragments(p_frag, pt);
+    tile_fragments(ds_frag, dst);
+    store_tile_fragments(dSt, ds_frag, r_lo);
+    fence_async_shared();
+    wgmma_fence();
+    wgmma_rs_steps(dv, p_frag, do_mn);  // dV += P^T dO
+    wgmma_rs_steps(dk, ds_frag, q_mn);  // dK += dS^T Q
+    wgmma_commit();
+    // dV and dK done before dQ is issued: with their A fragments and dQ's accumulator live at once,
+    // the kernel spilled at the 168 registers of 3 blocks an SM.
+    wgmma_wait<0>();
+    __syncthreads();  // dS^T whole in shared memory; the previous share's bulk operation is complete
+    float dq[D / 8][4];  // this item's share of dQ: queries q0 + r_lo (+ 8), D columns
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) wgmma_ss_mn(dq, mn_step(dst_mn, kk), mn_step(k_mn, kk), kk);
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = r_lo + 8 * r;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<float2*>(share + 2 * share_pair(row, 4 * dt + (lane & 3))) =
+            make_float2(dq[dt][2 * r], dq[dt][2 * r + 1]);
+    }
+    fence_async_shared();
+    __syncthreads();  // the share is whole; every warp is done with this buffer and with dS^T
+    if (threadIdx.x == 0) {
+      const int turn = (b * s.Hq + h) * n_tiles + qt;  // < 2^31: B * Hq * n_tiles ints are allocated
+      wait_turn(dq_turn + turn, kt);
+      bulk_share(dq_acc + int64_t(turn) * kTile * D, share, kt > 0);
+      pending_turn = turn;
+    }
+    hh = next_hh;
+    qt = next_qt;
+  }
+  if (pending_turn >= 0) hand_on_turn(dq_turn + pending_turn, kt + 1);
+
+  store_key_rows<D>(dqkv, dk, dv, s, b, g, k0, r_lo, scale);
+#else
+  __trap();
+#endif
+}
+
+// dQ (the query heads of dqkv (B, T, Htot, D), bf16) = scale * dq_acc (B, Hq, t_pad, D), whose
+// 64-row tiles hold their rows' pairs as share_pair places them; four elements a thread.
+template <int D>
+__global__ void dq_from_accumulator_kernel(bf16* dqkv, const float* dq_acc, Shape s, int t_pad, float scale) {
+  static_assert(D == 64, "share_pair's layout: 32 pairs a row");
+  constexpr int kQuads = D / 4;
+  const int64_t n = int64_t(s.B) * s.T * s.Hq * kQuads;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int quad = int(i % kQuads);
+    int64_t rest = i / kQuads;
+    const int h = int(rest % s.Hq);
+    rest /= s.Hq;
+    const int t = int(rest % s.T), b = int(rest / s.T);
+    const float* tile = dq_acc + ((int64_t(b) * s.Hq + h) * t_pad + (t & ~(kTile - 1))) * D;
+    const float4 v = *reinterpret_cast<const float4*>(tile + 2 * share_pair(t & (kTile - 1), 2 * quad));
+    uint2 packed;
+    packed.x = pack_bf16x2(v.x * scale, v.y * scale);
+    packed.y = pack_bf16x2(v.z * scale, v.w * scale);
+    *reinterpret_cast<uint2*>(dqkv + ((int64_t(b) * s.T + t) * s.Htot() + h) * D + 4 * quad) = packed;
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -307,13 +538,49 @@ void launch(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, co
   INGOT_LAUNCH_CHECK("wgmma_attention_backward_dq_kernel");
 }
 
+// The fused kernel's scratch: dq_acc (B, Hq, n_tiles * 64, 64) f32, then the turn counters
+// (B, Hq, n_tiles) int32.
+int64_t fused_acc_bytes(int64_t B, int64_t T, int64_t Hq) { return B * Hq * ceil_div(T, int64_t(kTile)) * kTile * 64 * 4; }
+
+void launch_fused(CudaState& state, char* scratch, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                  const bf16* qkv, const Shape& s, double scale) {
+  const unsigned n_tiles = unsigned(ceil_div(s.T, kTile));
+  float* dq_acc = reinterpret_cast<float*>(scratch);
+  int* dq_turn = reinterpret_cast<int*>(scratch + fused_acc_bytes(s.B, s.T, s.Hq));
+  INGOT_CUDA_CHECK(cudaMemsetAsync(dq_turn, 0, size_t(s.B) * s.Hq * n_tiles * sizeof(int), state.stream));
+  const int smem = int(fused_smem_bytes());
+  INGOT_CUDA_CHECK(cudaFuncSetAttribute(wgmma_attention_backward_fused_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  wgmma_attention_backward_fused_kernel<<<dim3(n_tiles, unsigned(s.Hkv), unsigned(s.B)), kThreads, smem,
+                                          state.stream>>>(dqkv, dq_acc, dq_turn, dout, lse, delta, qkv, s,
+                                                          float(scale), float(scale) * attention::kLog2e);
+  INGOT_LAUNCH_CHECK("wgmma_attention_backward_fused_kernel");
+  const int64_t quads = int64_t(s.B) * s.T * s.Hq * (64 / 4);
+  dq_from_accumulator_kernel<64><<<grid_for(quads, 256, state), 256, 0, state.stream>>>(
+      dqkv, dq_acc, s, int(n_tiles) * kTile, float(scale));
+  INGOT_LAUNCH_CHECK("dq_from_accumulator_kernel");
+}
+
+// Whole rows at D = 64 take the fused kernel unless INGOT_ATTENTION_SPLIT_DQ keeps the two (A/B runs).
+bool fused_takes(int64_t D, bool segments) { return !segments && D == 64 && !env_flag("INGOT_ATTENTION_SPLIT_DQ"); }
+
 }  // namespace
 
-void attention_wgmma_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
-                              const bf16* qkv, const int32_t* segment_ids, const uint2* ranges, const Shape& s,
-                              double scale) {
+int64_t attention_wgmma_backward_scratch_bytes(int64_t B, int64_t T, int64_t Hq, int64_t D, bool segments) {
+  if (!fused_takes(D, segments)) return 0;
+  return fused_acc_bytes(B, T, Hq) + B * Hq * ceil_div(T, int64_t(kTile)) * int64_t(sizeof(int));
+}
+
+const char* attention_wgmma_backward(CudaState& state, char* scratch, bf16* dqkv, const bf16* dout, const float* lse,
+                                     const float* delta, const bf16* qkv, const int32_t* segment_ids,
+                                     const uint2* ranges, const Shape& s, double scale) {
+  if (fused_takes(s.D, segment_ids != nullptr)) {
+    launch_fused(state, scratch, dqkv, dout, lse, delta, qkv, s, scale);
+    return "wgmma fused";
+  }
   if (s.D == 64) launch<64>(state, dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale);
   else launch<128>(state, dqkv, dout, lse, delta, qkv, segment_ids, ranges, s, scale);
+  return "wgmma";
 }
 
 }  // namespace ingot::cuda
