@@ -88,14 +88,6 @@ struct ScopedMmaSync {
   ~ScopedMmaSync() { unsetenv("INGOT_ATTENTION_MMA_SYNC"); }
 };
 
-// Sets INGOT_ATTENTION_SPLIT_DQ (the wgmma backward's two kernels where the fused one would run) for one scope.
-struct ScopedSplitDq {
-  explicit ScopedSplitDq(bool on) {
-    if (on) setenv("INGOT_ATTENTION_SPLIT_DQ", "1", 1);
-  }
-  ~ScopedSplitDq() { unsetenv("INGOT_ATTENTION_SPLIT_DQ"); }
-};
-
 struct Case {
   int64_t B, T, Hq, Hkv, D;
   std::string describe() const {
@@ -281,22 +273,16 @@ TEST_F(CudaAttention, CudnnMatchesCpu) {
 // The tensor-core kernels (INGOT_ATTENTION=mma forces them where cuDNN would run): whole rows, the
 // loader's packed rows with padding, and unsorted ids, which the tile skipping must not get wrong.
 // On Hopper every case runs twice: on the wgmma kernels (the default there) and on the mma.sync
-// ones (INGOT_ATTENTION_MMA_SYNC), which every other GPU takes; whole rows at D = 64 a third time,
-// on the wgmma backward's two kernels (INGOT_ATTENTION_SPLIT_DQ) instead of its fused one.
+// ones (INGOT_ATTENTION_MMA_SYNC), which every other GPU takes.
 TEST_F(CudaAttention, MmaMatchesCpu) {
   auto check = [&](const Case& c, const Reference& ref, const std::vector<int32_t>& seg) {
     const bool wgmma = cuda::attention_wgmma_available(gpu, int(c.D));
-    const bool fused = wgmma && seg.empty() && c.D == 64;
-    for (const char* kernels : {"default", "mma.sync", "split dq"}) {
-      const bool force_sync = std::strcmp(kernels, "mma.sync") == 0, split = std::strcmp(kernels, "split dq") == 0;
-      if ((force_sync && !wgmma) || (split && !fused)) continue;
+    for (bool force_sync : {false, true}) {
+      if (force_sync && !wgmma) continue;
       ScopedMmaSync scoped(force_sync);
-      ScopedSplitDq scoped_split(split);
       expect_matches_cpu(c, ref, seg, "mma", {"mma"});
-      EXPECT_STREQ(cuda::attention_mma_kernels(), force_sync || !wgmma ? "mma.sync"
-                                                  : fused && !split    ? "wgmma fused"
-                                                                       : "wgmma")
-          << c.describe() << " (" << kernels << ")";
+      EXPECT_STREQ(cuda::attention_mma_kernels(), wgmma && !force_sync ? "wgmma" : "mma.sync")
+          << c.describe();
     }
   };
   for (int64_t D : {64, 128})
@@ -534,50 +520,6 @@ TEST_F(CudaAttention, PackedRowsAreBitwiseReproducibleAndReplay) {
   }
 }
 
-// The fused wgmma backward sums each query tile's dQ over the key tiles' blocks in f32, in key-tile
-// order enforced by turn counters: it must repeat bit for bit (an order left to the scheduler would
-// not, at this size), eagerly and in a graph replay, and agree with the two-kernel form and cuDNN.
-// Llama-3.2-1B's heads, two rows of 2048 tokens (32 key tiles a row: long chains of turns).
-TEST_F(CudaAttention, FusedBackwardRepeatsAndMatchesTheTwoKernels) {
-  if (!cuda::attention_wgmma_available(gpu, 64)) GTEST_SKIP() << "no wgmma kernels on this device";
-  const int64_t B = 2, T = 2048, Hq = 32, Hkv = 8, D = 64, Htot = Hq + 2 * Hkv;
-  const double scale = 0.125;
-  const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, Hq, Hkv, D, 61);
-  ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale);
-  auto backward = [&] { ops::attention_backward(gpu, dqkv, dout, out, lse, qkv, Tensor{}, int(Hq), int(Hkv), scale); };
-  std::vector<std::vector<uint8_t>> runs;
-  {
-    ScopedMode mode("mma");
-    for (int r = 0; r < 3; ++r) {
-      poison(dqkv);
-      backward();
-      EXPECT_STREQ(cuda::attention_mma_kernels(), "wgmma fused");
-      runs.push_back(download_bytes(dqkv));
-    }
-    EXPECT_TRUE(runs[0] == runs[1] && runs[1] == runs[2]) << "fused backward: eager runs differ";
-    poison(dqkv);
-    capture_and_replay(backward);
-    EXPECT_TRUE(download_bytes(dqkv) == runs[0]) << "fused backward: graph replay differs from the eager runs";
-  }
-  const Floats fused = download(dqkv);
-  const int64_t N = B * T, bounds[4] = {0, Hq, Hq + Hkv, Htot};
-  const char* parts[3] = {"dq", "dk", "dv"};
-  for (const char* other : {"mma split dq", "cudnn"}) {
-    const bool split = std::strcmp(other, "cudnn") != 0;
-    if (!split && !cuda::attention_cudnn_compiled()) continue;
-    ScopedMode mode(split ? "mma" : nullptr);
-    ScopedSplitDq scoped_split(split);
-    poison(dqkv);
-    backward();
-    if (split) EXPECT_STREQ(cuda::attention_mma_kernels(), "wgmma");
-    const Floats want = download(dqkv);
-    for (int p = 0; p < 3; ++p)
-      EXPECT_TRUE(close(heads_of(fused, N, Htot, D, bounds[p], bounds[p + 1]),
-                        heads_of(want, N, Htot, D, bounds[p], bounds[p + 1]), kTolBf16,
-                        std::string("fused ") + parts[p] + " vs " + other));
-  }
-}
-
 TEST_F(CudaAttention, CudnnBackwardIsBitwiseReproducible) {
   if (!cuda::attention_cudnn_compiled()) GTEST_SKIP() << "built without cuDNN";
   const int64_t B = 2, T = 512, Hq = 8, Hkv = 2, D = 64, Htot = Hq + 2 * Hkv;
@@ -656,13 +598,11 @@ TEST_F(CudaAttention, Perf) {
     const double scale = 1.0 / std::sqrt(double(s.D));
     const auto [qkv, dout, out, lse, dqkv] = random_problem(B, T, s.Hq, s.Hkv, s.D, 21);
     const double fwd_flops = 4.0 * B * s.Hq * double(T) * T * s.D / 2;
-    for (const char* mode : {"kernels", "mma", "mma split dq", "mma.sync", "cudnn", "cudnn-fast"}) {
-      const bool sync = std::strcmp(mode, "mma.sync") == 0, split = std::strcmp(mode, "mma split dq") == 0;
-      if ((sync || split) && !cuda::attention_wgmma_available(gpu, int(s.D))) continue;  // the "mma" row already
-      if (split && s.D != 64) continue;  // no fused backward to split
-      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : sync || split ? "mma" : mode);
+    for (const char* mode : {"kernels", "mma", "mma.sync", "cudnn", "cudnn-fast"}) {
+      const bool sync = std::strcmp(mode, "mma.sync") == 0;
+      if (sync && !cuda::attention_wgmma_available(gpu, int(s.D))) continue;  // the "mma" row already
+      ScopedMode scoped(std::strcmp(mode, "cudnn") == 0 ? nullptr : sync ? "mma" : mode);
       ScopedMmaSync scoped_sync(sync);
-      ScopedSplitDq scoped_split(split);
       const bool slow = std::strcmp(mode, "kernels") == 0;
       const double f = median_ms(state_, [&] {
         ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(s.Hq), int(s.Hkv), scale);

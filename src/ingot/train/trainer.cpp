@@ -381,7 +381,7 @@ nlohmann::json step_settings(const TrainConfig& c) {
 std::string attention_switches(const Context& ctx) {
   if (ctx.device != Device::cuda) return "";
   std::string set;
-  for (const char* name : {"INGOT_ATTENTION", "INGOT_ATTENTION_MMA_SYNC", "INGOT_ATTENTION_SPLIT_DQ"}) {
+  for (const char* name : {"INGOT_ATTENTION", "INGOT_ATTENTION_MMA_SYNC"}) {
     const char* value = std::getenv(name);
     if (value == nullptr || *value == 0 || std::string(value) == "0") continue;  // "0": the flag's default
     if (!set.empty()) set += ' ';

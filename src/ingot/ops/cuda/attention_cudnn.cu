@@ -91,12 +91,7 @@ AttentionKernels attention_kernels_for(int64_t B, int64_t T, int64_t Hq, int64_t
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
                                    bool bf16, int64_t cudnn_workspace_limit) {
   const int64_t rows = B * Hq * T;
-  // delta f32, tile ranges, and on whole bf16 rows the fused wgmma backward's f32 dQ accumulator
-  // (charged on any GPU: the plan runs before the device's kernels are probed).
-  const int64_t fused = bf16 && !packed_rows && attention_mma_takes_shapes(B, Hq, D)
-                            ? attention_wgmma_backward_scratch_bytes(B, T, Hq, D, false)
-                            : 0;
-  const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T) + fused;
+  const int64_t kernels = rows * 4 + attention_mma_forward_scratch_bytes(B, T);  // delta f32, tile ranges
   if (!bf16 || attention_kernels_for(B, T, Hq, Hkv, D, packed_rows) != AttentionKernels::cudnn) return kernels;
   if (packed_rows)  // the documents forward: table, dense stats, tile ranges (its plan needs no workspace)
     return std::max(kernels, document_table_bytes(int(B), int(T)) + document_stats_bytes(int(B), int(T), Hq) +
@@ -121,7 +116,6 @@ AttentionMode attention_mode() {
 void check_attention_switches() {
   (void)attention_mode();
   (void)env_flag("INGOT_ATTENTION_MMA_SYNC");
-  (void)env_flag("INGOT_ATTENTION_SPLIT_DQ");
   (void)env_flag("INGOT_ATTENTION_REPORT");
   (void)cudnn_backward_workspace_limit();
 }

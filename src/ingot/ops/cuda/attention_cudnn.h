@@ -162,8 +162,8 @@ inline std::vector<CudnnBackwardSplit> cudnn_backward_splits(int64_t B, int64_t 
 // with its workspace within cudnn_workspace_limit (cudnn_backward_split): above all one slice's
 // cudnn_backward_plan_bytes and the margin (4226 MiB measured at 4 x 4096 x 32 heads of 64 in one
 // call, where this gives 4242 MiB). Otherwise (whole rows on the tensor-core backward, or packed
-// rows): the documents forward's table and dense stats, or the tensor-core backward's delta (and
-// on whole rows at head dim 64 its f32 dQ accumulator, B x Hq x T x 64 x 4 bytes), whichever is larger.
+// rows): the documents forward's table and dense stats, or the tensor-core backward's delta,
+// whichever is larger.
 // bf16 false (the fp32 recipe): neither cuDNN nor the tensor-core kernels run, only the kernels' delta.
 int64_t attention_scratch_estimate(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows,
                                    bool bf16, int64_t cudnn_workspace_limit);

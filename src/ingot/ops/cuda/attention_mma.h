@@ -42,16 +42,11 @@ inline bool attention_mma_takes_shapes(int64_t B, int64_t Hq, int64_t D) {
 // points check first.
 bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool backward);
 // The kernels of this thread's last tensor-core call (forward or backward): "wgmma" (Hopper, D = 64 or
-// 128: attention_wgmma_*.cu), "wgmma fused" (the backward's one-kernel form on whole rows at D = 64)
-// or "mma.sync" (attention_mma_*.cu); "none" before any.
+// 128: attention_wgmma_*.cu) or "mma.sync" (attention_mma_*.cu); "none" before any.
 const char* attention_mma_kernels();
 // Whether the tensor-core calls of head dim D take the wgmma kernels on ctx's device now.
 bool attention_wgmma_available(Context& ctx, int D);
 // Scratch bytes the forward takes with segment ids (its tile ranges), after subset.scratch_offset.
 int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T);
-// Scratch bytes the wgmma backward takes on top of delta and the tile ranges: on whole rows at
-// D = 64 (the fused kernel, unless INGOT_ATTENTION_SPLIT_DQ) its f32 dQ accumulator (B, Hq, T
-// rounded up to 64, D) and turn counters; otherwise 0.
-int64_t attention_wgmma_backward_scratch_bytes(int64_t B, int64_t T, int64_t Hq, int64_t D, bool segments);
 
 }  // namespace ingot::cuda

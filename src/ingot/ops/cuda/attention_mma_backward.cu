@@ -240,20 +240,17 @@ bool attention_mma_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, 
   const int64_t delta_bytes = (rows * int64_t(sizeof(float)) + 255) / 256 * 256;
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   const int64_t range_bytes = seg ? int64_t(s.B) * ceil_div(s.T, kTile) * int64_t(sizeof(uint2)) : 0;
-  const bool wgmma = attention_wgmma_takes(state, s.D);
-  const int64_t wgmma_bytes = wgmma ? attention_wgmma_backward_scratch_bytes(s.B, s.T, s.Hq, s.D, seg != nullptr) : 0;
-  const int64_t ranges_end = (delta_bytes + range_bytes + 255) / 256 * 256;
-  char* scratch = static_cast<char*>(scratch_buffer(state, ranges_end + wgmma_bytes, op));
+  char* scratch = static_cast<char*>(scratch_buffer(state, delta_bytes + range_bytes, op));
   float* delta = reinterpret_cast<float*>(scratch);
   uint2* ranges = seg ? reinterpret_cast<uint2*>(scratch + delta_bytes) : nullptr;
   if (seg) tile_segment_ranges(state, ranges, seg, nullptr, s.B, s.T);
   attention::attention_delta_kernel<bf16><<<grid_for(rows * 32, 256, state), 256, 0, state.stream>>>(
       delta, dout.ptr<bf16>(), out.ptr<bf16>(), s);
   INGOT_LAUNCH_CHECK("attention_delta_kernel");
-  if (wgmma) {
-    attention_set_mma_kernels(attention_wgmma_backward(state, scratch + ranges_end, dqkv.ptr<bf16>(),
-                                                       dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(),
-                                                       seg, ranges, s, scale));
+  if (attention_wgmma_takes(state, s.D)) {
+    attention_wgmma_backward(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
+                             ranges, s, scale);
+    attention_set_mma_kernels("wgmma");
   } else if (s.D == 64) {
     launch_backward<64>(state, dqkv.ptr<bf16>(), dout.ptr<bf16>(), lse.ptr<float>(), delta, qkv.ptr<bf16>(), seg,
                         ranges, s, scale);

@@ -125,18 +125,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[8][4], uint64_t a, uint64_t 
 #endif
 }
 
-// d (64 x 64, f32) (+)= A (64 x 16) B (16 x 64), both MN-major in shared memory (the contraction
-// runs along the tiles' rows): dQ = dS K from a dS^T tile and the K tile.
-__device__ __forceinline__ void wgmma_ss_mn(float (&d)[8][4], uint64_t a, uint64_t b, int accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " INGOT_WGMMA_ACC32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
-      : INGOT_WGMMA_D32
-      : "l"(a), "l"(b), "r"(accumulate));
-#endif
-}
-
 // d (64 x N, f32) += A (64 x 16, registers) B (16 x N), B MN-major in shared memory; N = 64 or 128.
 __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -177,23 +165,6 @@ __device__ __forceinline__ void tile_fragments(TileFragments& a, const float (&p
 #pragma unroll
   for (int kk = 0; kk < kTile / 16; ++kk) a_fragment(a[kk], p, kk);
 }
-// The fragments back into a 64 x 64 bf16 tile in the swizzled layout (row r_lo and r_lo + 8 of
-// each warp, as the accumulator held them), for a product that needs the matrix in shared memory.
-// Each store of a warp hits 32 distinct banks: the 8 rows' chunks are spread by the swizzle.
-__device__ __forceinline__ void store_tile_fragments(unsigned char* tile, const TileFragments& a, int r_lo) {
-  const int byte_in_chunk = 4 * (threadIdx.x & 3);
-#pragma unroll
-  for (int kk = 0; kk < kTile / 16; ++kk)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)  // 16-byte chunk 2 kk + half: columns 16 kk + 8 half ..
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = r_lo + 8 * r, chunk = 2 * kk + half;
-        *reinterpret_cast<uint32_t*>(tile + row * kRowBytes + ((chunk ^ (row & 7)) << 4) + byte_in_chunk) =
-            a[kk][2 * half + r];
-      }
-}
-
 // acc (64 x N) += A B, B the tile's rows MN-major from descriptor b. Call between fence and commit.
 template <int NT>
 __device__ __forceinline__ void wgmma_rs_steps(float (&acc)[NT][4], const TileFragments& a, uint64_t b) {
@@ -266,12 +237,10 @@ bool attention_wgmma_takes(const CudaState& state, int D);
 void attention_wgmma_forward(CudaState& state, bf16* out, float* lse, const bf16* qkv, const int32_t* segment_ids,
                              const uint2* ranges, const attention::Shape& s, double scale);
 // Steps 2 and 3 of attention_wgmma_backward.cu; delta and the tile ranges (or null) come from
-// attention_mma_backward, which launches this, with `scratch` of the size below for the fused
-// kernel (whole rows at D = 64: attention_wgmma_backward_scratch_bytes, attention_mma.h). Returns the
-// kernels taken: "wgmma fused" or "wgmma".
-const char* attention_wgmma_backward(CudaState& state, char* scratch, bf16* dqkv, const bf16* dout, const float* lse,
-                                     const float* delta, const bf16* qkv, const int32_t* segment_ids,
-                                     const uint2* ranges, const attention::Shape& s, double scale);
+// attention_mma_backward, which launches this.
+void attention_wgmma_backward(CudaState& state, bf16* dqkv, const bf16* dout, const float* lse, const float* delta,
+                              const bf16* qkv, const int32_t* segment_ids, const uint2* ranges,
+                              const attention::Shape& s, double scale);
 // Records the kernels a tensor-core call took, for attention_mma_kernels() (attention_mma.h).
 void attention_set_mma_kernels(const char* kernels);
 
