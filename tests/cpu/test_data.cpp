@@ -579,7 +579,7 @@ TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
   EXPECT_NE(msg.find(dir + "/meta.json"), std::string::npos) << msg;
   // A prepare --overwrite killed mid-swap: whatever meta.json says, the shards may be mixed.
   fs::remove(dir + "/meta.json");
-  fs::create_directories(dir + "/.prepare-12345/old");
+  write_text(dir + "/.prepare-12345/old/train-00000.bin", "a shard set aside");
   msg = error_of([&] { resolve_shard_paths({dir}); });
   EXPECT_NE(msg.find("data: " + dir + " holds " + dir + "/.prepare-12345/old, a dataset that an `ingot prepare --overwrite`"),
             std::string::npos) << msg;
@@ -761,6 +761,37 @@ TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
   EXPECT_EQ(resolve_shard_paths({dir + "/out"}).size(), 1u);
   prepare_dataset(o, tok);  // kept by the next prepare too
   EXPECT_TRUE(fs::exists(aside + "/superseded/train-00000.bin"));
+}
+
+// An empty old/ (a prepare killed before it set any file aside; versions before 2026-12-01 made
+// old/ first) holds no dataset: training reads the folder, and the next prepare removes the killed
+// prepare's folder as a partial output. It used to stop every run on the folder, like a dataset set aside.
+TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
+  const std::string dir = test::temp_dir("prepare_empty_old");
+  write_text(dir + "/a.txt", "some text");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/out";
+  prepare_dataset(o, tok);
+  std::string pid;  // of a process that has ended
+  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
+  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string killed = dir + "/out/.prepare-" + pid;
+  fs::create_directories(killed + "/old");
+  EXPECT_FALSE(holds_set_aside_dataset(killed));
+  EXPECT_EQ(resolve_shard_paths({dir + "/out"}).size(), 1u);
+  write_text(killed + "/old/meta.json", "a dataset set aside");
+  EXPECT_TRUE(holds_set_aside_dataset(killed));
+  EXPECT_NE(error_of([&] { resolve_shard_paths({dir + "/out"}); }).find("holds " + killed + "/old"), std::string::npos);
+  fs::remove(killed + "/old/meta.json");
+  std::ostringstream log;
+  o.log = &log;
+  o.overwrite = true;
+  prepare_dataset(o, tok);
+  EXPECT_FALSE(fs::exists(killed)) << log.str();
+  EXPECT_NE(log.str().find("note: removed " + killed + ", the partial output of a killed prepare"), std::string::npos)
+      << log.str();
 }
 
 // An input that cannot be read says why, as the file system does: a name too long was "not a file

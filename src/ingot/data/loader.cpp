@@ -12,6 +12,7 @@
 
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
+#include "ingot/data/prepare.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/json_util.h"
 
@@ -50,7 +51,7 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
   // A prepare --overwrite killed while swapping datasets leaves the old one in .prepare-<pid>/old
   // and a mix of old and new shards here, with meta.json moved aside or not yet moved in.
   for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().filename().string().rfind(".prepare-", 0) == 0 && fs::is_directory(entry.path() / "old", ec))
+    if (entry.path().filename().string().rfind(".prepare-", 0) == 0 && holds_set_aside_dataset(entry.path().string()))
       fail("data: ", dir, " holds ", (entry.path() / "old").string(), ", a dataset that an `ingot prepare --overwrite` "
            "killed while replacing it had set aside: the shards here may mix two datasets (re-run that prepare, or "
            "move the files of that folder back)");

@@ -349,13 +349,13 @@ std::vector<fs::path> killed_staging_folders(const fs::path& out) {
   return folders;
 }
 
-// Killed prepares' folders in out. One holding old/ was killed while swapping datasets: old/ is the
-// dataset it had set aside, kept and named. Any other holds the partial output of a killed prepare
-// (up to a dataset's size): removed, and said so.
+// Killed prepares' folders in out. One holding a dataset in old/ was killed while swapping datasets:
+// old/ is the dataset it had set aside, kept and named. Any other holds the partial output of a
+// killed prepare (up to a dataset's size): removed, and said so.
 void tidy_killed_staging(const fs::path& out, std::ostream* log) {
   std::error_code ec;
   for (const fs::path& folder : killed_staging_folders(out)) {
-    if (fs::exists(folder / "old")) {
+    if (holds_set_aside_dataset(folder.string())) {
       if (log)
         *log << "note: " << (folder / "old").string() << " holds a dataset that an `ingot prepare --overwrite`, "
              << "since killed, had set aside; move its files back to restore it, or delete " << folder.string() << "\n";
@@ -374,7 +374,7 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
 void supersede_set_aside_datasets(const fs::path& out, std::ostream* log) {
   std::error_code ec;
   for (const fs::path& folder : killed_staging_folders(out)) {
-    if (!fs::exists(folder / "old", ec)) continue;
+    if (!holds_set_aside_dataset(folder.string())) continue;
     fs::rename(folder / "old", folder / "superseded", ec);
     if (log && !ec)
       *log << "note: " << (folder / "superseded").string() << " holds the dataset a killed `ingot prepare "
@@ -447,6 +447,12 @@ struct StagingDir {
 };
 
 }  // namespace
+
+bool holds_set_aside_dataset(const std::string& staging_folder) {
+  std::error_code ec;
+  const fs::path old_dir = fs::path(staging_folder) / "old";
+  return fs::is_directory(old_dir, ec) && !fs::is_empty(old_dir, ec);
+}
 
 namespace {
 

@@ -112,4 +112,9 @@ struct PrepareReport {
 // on an input with no documents, and when output_dir already holds shards and overwrite is off.
 PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer);
 
+// Whether a prepare's staging folder (.prepare-<pid> in an output directory) holds a dataset it had
+// set aside mid-swap: a non-empty old/. An empty one (from a prepare killed before it moved any
+// file, as versions before 2026-12-01 could leave) holds nothing: the folder's dataset is whole.
+bool holds_set_aside_dataset(const std::string& staging_folder);
+
 }  // namespace ingot::data
