@@ -1030,6 +1030,9 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         std::pair{"", "A subcommand is required"},
         std::pair{"info", "model is required"},
         std::pair{"info x --seq abc", "--seq: must be a plain decimal integer"},
+        // An option without its value: CLI11 said "1 required INT missing".
+        std::pair{"info x --seq=", "--seq needs a value (INT), and none was given"},
+        std::pair{"train x.yaml --set", "--set needs a value (TEXT), and none was given"},
         std::pair{"train", "train: a CONFIG.yaml is required"},
         std::pair{"train x.yaml --resume --overwrite", "--resume and --overwrite exclude each other"},
         std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},

@@ -135,6 +135,15 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
   return 0;
 }
 
+// CLI11's message for an option given without its value ("--max-new-tokens=", or last on the
+// line) counts what is missing: "--seed: 1 required UINT missing". Said plainly instead.
+std::string plain_cli_message(const std::string& message) {
+  static const std::regex missing_value(R"(^(-[^ :]+): 1 required (.+?) missing)");
+  std::smatch m;
+  if (!std::regex_search(message, m, missing_value)) return message;
+  return m[1].str() + " needs a value (" + m[2].str() + "), and none was given" + m.suffix().str();
+}
+
 // An error message as the terminal should show it: control bytes of a path or value the user gave
 // (an escape sequence, a carriage return) written as \xNN, so they can neither rewrite the screen
 // nor hide the message; newlines and tabs stay, as messages use them. The C1 controls are escaped
@@ -396,7 +405,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Ingot: train Llama-family language models (see README.md)", "ingot"};
   // "error: " like every other failure's message, so a script or a reader finds it the same way.
   app.failure_message([](const CLI::App* failed, const CLI::Error& e) {
-    return "error: " + printable(CLI::FailureMessage::simple(failed, e));
+    return "error: " + printable(plain_cli_message(CLI::FailureMessage::simple(failed, e)));
   });
   app.require_subcommand(1);
   // What a bug report needs to say: the version and which backends this binary has.
