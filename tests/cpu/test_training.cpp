@@ -793,6 +793,20 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   write_file(state_file, state.dump());
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
   EXPECT_NE(out.find(state_file + ": key \"attention_switches\" must be a string, got {}"), std::string::npos) << out;
+  // The recorded settings a resume compares (max_steps, the batch shape, the step settings): a
+  // value of another kind showed up only in a resume note ("max_steps was \"3\" in the checkpoint").
+  for (const auto& [key, value, kind] : {std::tuple{"max_steps", nlohmann::json("3"), "a number"},
+                                         std::tuple{"micro_batch_size", nlohmann::json(true), "a number"},
+                                         std::tuple{"weight_decay_norms", nlohmann::json(0), "true or false"},
+                                         std::tuple{"lr_scheduler_type", nlohmann::json(1), "a string"}}) {
+    state = nlohmann::json::parse(state_text);
+    ASSERT_TRUE(state.contains(key)) << key;
+    state[key] = value;
+    write_file(state_file, state.dump());
+    EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << key;
+    EXPECT_NE(out.find(state_file + ": key \"" + std::string(key) + "\" must be " + kind + ", got " + value.dump()),
+              std::string::npos) << key << "\n" << out;
+  }
   write_file(state_file, state_text);
   // A FIFO in metrics.jsonl's place blocked the resume for good (and a link to /dev/zero filled the memory).
   fs::remove(metrics_file);

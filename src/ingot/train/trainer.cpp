@@ -393,9 +393,19 @@ std::string attention_switches(const Context& ctx) {
 // What this run changes from the one that wrote the checkpoint it resumes, one line each for the
 // log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
 // no longer repeats an uninterrupted run, and the user should see that rather than find out.
-std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe,
-                                        const std::string& attention_plan, const std::string& switches) {
+std::vector<std::string> resume_changes(const nlohmann::json& state, const std::string& state_file, const TrainConfig& c,
+                                        const Recipe& recipe, const std::string& attention_plan,
+                                        const std::string& switches) {
   std::vector<std::string> changes;
+  // A recorded setting of another kind than the config's (a string where a number belongs) was
+  // edited or damaged: named, where it used to show up only in a resume note.
+  auto check_kind = [&](const std::string& key, const nlohmann::json& now) {
+    const nlohmann::json& was = state[key];
+    const bool same = now.is_number() ? was.is_number() : now.is_boolean() ? was.is_boolean() : was.is_string();
+    if (!same)
+      fail(state_file, ": key \"", key, "\" must be ", now.is_number() ? "a number" : now.is_boolean() ? "true or false" : "a string",
+           ", got ", io::json_brief(was), ": the checkpoint is damaged");
+  };
   // A string the checkpoint recorded (if it did) that differs now; an empty one is shown as `empty`.
   auto compare_record = [&](const char* key, const std::string& now, const std::string& empty, const std::string& what_was,
                             const std::string& is, const std::string& consequence) {
@@ -421,6 +431,7 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
     changes.push_back("the checkpoint was trained with precision " + was + ", this run uses " + now +
                       ": weights and AdamW moments are converted where their dtypes differ");
   auto compare = [&](const char* key, const nlohmann::json& value) {
+    if (state.contains(key)) check_kind(key, value);
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
                         ": the learning-rate schedule follows the new value");
@@ -431,15 +442,19 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
   // Recorded since 2026-12-01. The data cursor counts windows, so the batches go on from where the
   // checkpoint stopped, in other groupings (the loader itself refuses another sequence_len).
   for (const auto& [key, value] : {std::pair{"micro_batch_size", c.micro_batch_size},
-                                   std::pair{"gradient_accumulation_steps", c.gradient_accumulation_steps}})
+                                   std::pair{"gradient_accumulation_steps", c.gradient_accumulation_steps}}) {
+    if (state.contains(key)) check_kind(key, value);
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + std::to_string(value) +
                         ": the steps from here on group the data differently, so the run no longer repeats the uninterrupted one");
+  }
   const nlohmann::json settings = step_settings(c);  // items() refers to it: not a temporary
-  for (const auto& [key, value] : settings.items())
+  for (const auto& [key, value] : settings.items()) {
+    if (state.contains(key)) check_kind(key, value);
     if (state.contains(key) && state[key] != value)
       changes.push_back(key + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
                         ": the steps from here on use the new value, so the run no longer repeats the uninterrupted one");
+  }
   return changes;
 }
 
@@ -717,7 +732,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(c.source_of({"max_steps"}), ": max_steps ", c.max_steps, " is below the step of the checkpoint --resume continues, ",
            dir, " (step ", start_step, "); raise max_steps to train on, or start a new run from it with model: ", dir);
     log << "resumed from " << dir << " at step " << start_step << "\n";
-    for (const std::string& change : resume_changes(state, c, recipe, workspace_note, attention_switches(ctx)))
+    for (const std::string& change : resume_changes(state, (fs::path(dir) / "trainer_state.json").string(), c, recipe,
+                                                       workspace_note, attention_switches(ctx)))
       log << "note: resume: " << change << "\n";
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
