@@ -1941,7 +1941,7 @@ TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {
                      "eval_max_batches 1, 0 evaluates them all)\n"), std::string::npos) << out;
   EXPECT_EQ(out.find("val_loss "), std::string::npos) << out;
   // The data line says these conversations are longer than a row and train as separate pieces.
-  EXPECT_NE(out.find("; 40 document(s) longer than 16 tokens (the longest "), std::string::npos) << out;
+  EXPECT_NE(out.find("; 40 documents longer than 16 tokens (the longest "), std::string::npos) << out;
   EXPECT_NE(out.find(") split into pieces that do not attend to one another"), std::string::npos) << out;
 }
 
@@ -1956,7 +1956,7 @@ TEST_F(Training, ValidationOfLongLastDocumentsIsNamed) {
   const std::string config = llama3_chat_config(jsonl, 1);
   std::string out;
   ASSERT_EQ(0, train(config, "run", "--set val_fraction=0.05 --set eval_steps=0", &out)) << out;
-  EXPECT_NE(out.find("; the 2 val document(s), the data's last, hold "), std::string::npos) << out;
+  EXPECT_NE(out.find("; the 2 val documents, the data's last, hold "), std::string::npos) << out;
   EXPECT_NE(out.find("% of its tokens (val_fraction counts documents)"), std::string::npos) << out;
   // Half the documents, the long ones among them: a share near the fraction, nothing to say.
   ASSERT_EQ(0, train(config, "run", "--overwrite --set val_fraction=0.5 --set eval_steps=0", &out)) << out;
@@ -2099,7 +2099,7 @@ TEST_F(Training, WarnsWhenTheTrainingSplitIsSmallerThanAStep) {
   std::string config = tiny_config(data, root + "/run", 2, 0);
   config.replace(config.find("val_fraction: 0.1"), 17, "val_fraction: 0.999");
   ASSERT_EQ(0, train(config, "tiny_split", "", &out)) << out;
-  EXPECT_NE(out.find("warning: " + root + "/tiny_split.yaml: the training split holds 1 row(s), fewer than the 4 a step "
+  EXPECT_NE(out.find("warning: " + root + "/tiny_split.yaml: the training split holds 1 row, fewer than the 4 a step "
                      "reads (micro_batch_size x gradient_accumulation_steps): each step repeats them; lower val_fraction"),
             std::string::npos) << out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 2, 0), "ok", "", &out)) << out;

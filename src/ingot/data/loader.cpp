@@ -12,6 +12,7 @@
 
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
+#include "ingot/core/text.h"
 #include "ingot/data/prepare.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/json_util.h"
@@ -216,8 +217,8 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
     if (num_train_ < 1)
       fail("data: dataset too short: ", N, " tokens in ", describe_files(files_), "; seq_len ", T,
            " with val_fraction ", config.val_fraction, " needs at least ", (num_val_ + 1) * T + 2,
-           " tokens (one training window of ", T + 1, " tokens, ", num_val_,
-           " validation window(s) of ", T + 1, ", one separating token)");
+           " tokens (one training window of ", T + 1, " tokens, ", counted(num_val_, "validation window"), " of ", T + 1,
+           ", one separating token)");
     val_begin_ = num_train_ * T + 1;
   } else {
     num_train_ = all_windows;
@@ -477,7 +478,7 @@ void DataLoader::restore_state(const nlohmann::json& state) {
 
 std::string DataLoader::summary() const {
   std::ostringstream s;
-  s << "data: " << files_.size() << " shard file(s), " << num_tokens_ << " tokens; ";
+  s << "data: " << counted(int64_t(files_.size()), "shard file") << ", " << num_tokens_ << " tokens; ";
   if (by_document()) {
     const PackingPlan& val = val_plan_;
     s << packing_mode_name(mode_) << ": " << num_train_docs_ << " train + " << num_val_documents()
@@ -495,7 +496,7 @@ std::string DataLoader::summary() const {
     for (const DocumentSpan& d : documents_)
       if (d.length > seq_len_) ++longer, longest = std::max(longest, d.length);
     if (longer > 0)
-      s << "; " << longer << " document(s) longer than " << seq_len_ << " tokens (the longest " << longest
+      s << "; " << counted(longer, "document") << " longer than " << seq_len_ << " tokens (the longest " << longest
         << ") split into pieces that do not attend to one another: raise sequence_len, or prepare with --max-seq-len";
     // val_fraction counts documents, the last ones: where those are long, validation takes far more
     // of the tokens than the fraction says (89% in a reviewer's mix of short and long sets).
@@ -504,7 +505,7 @@ std::string DataLoader::summary() const {
     if (token_share > 0.05 && token_share > 2 * doc_share) {
       char share[32];
       std::snprintf(share, sizeof share, "%.1f%%", 100.0 * token_share);
-      s << "; the " << num_val_documents() << " val document(s), the data's last, hold " << share
+      s << "; the " << counted(num_val_documents(), "val document") << ", the data's last, hold " << share
         << " of its tokens (val_fraction counts documents)";
     }
   } else {

@@ -22,6 +22,7 @@
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
 #include "ingot/core/stop_signals.h"
+#include "ingot/core/text.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
 #include "ingot/data/shard.h"
@@ -34,7 +35,6 @@ namespace fs = std::filesystem;
 namespace {
 
 // "1 document", "2 documents".
-std::string counted(int64_t n, const char* noun) { return std::to_string(n) + " " + noun + (n == 1 ? "" : "s"); }
 
 struct InputFile {
   fs::path path;
@@ -531,7 +531,7 @@ class DocumentEncoder {
     added_ = format ? 0 : static_cast<int64_t>(prefix_.size() + suffix_.size()) + (eos_in_suffix_ ? 0 : 1);
     if (!format && options.max_seq_len > 0)
       INGOT_CHECK(options.max_seq_len > added_, "prepare: max_seq_len ", options.max_seq_len, " leaves no room for text: every "
-                  "document also takes ", added_, " token(s) (the tokenizer's special tokens and the end-of-text token)");
+                  "document also takes ", counted(added_, "token"), " (the tokenizer's special tokens and the end-of-text token)");
   }
 
   void add(PendingDocument doc) {
@@ -663,7 +663,7 @@ OverflowPolicy parse_overflow_policy(const std::string& name) {
 std::string PrepareReport::to_string() const {
   std::ostringstream s;
   s << "prepare: " << counted(num_documents, "document") << ", " << counted(num_tokens, "token") << " from "
-    << counted(num_files, "file") << " into " << shards.size() << " shard(s) in " << output_dir;
+    << counted(num_files, "file") << " into " << counted(int64_t(shards.size()), "shard") << " in " << output_dir;
   if (!chat_format.empty()) {
     char pct[64];
     std::snprintf(pct, sizeof pct, "%.1f%%",

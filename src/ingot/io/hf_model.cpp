@@ -11,6 +11,7 @@
 
 #include "ingot/core/arena.h"
 #include "ingot/core/error.h"
+#include "ingot/core/text.h"
 #include "ingot/io/json_util.h"
 #include "ingot/io/safetensors.h"
 
@@ -65,7 +66,7 @@ void check_every_tensor_is_used(const SafeTensorsReader& reader, const std::stri
   std::string listed;
   for (size_t i = 0; i < unused.size() && i < 3; ++i) listed += std::string(i ? ", " : "") + "\"" + unused[i] + "\"";
   if (unused.size() > 3) listed += " and " + std::to_string(unused.size() - 3) + " more";
-  fail(path, " holds ", unused.size(), " tensor(s) that config.json's architecture has no place for (", listed,
+  fail(path, " holds ", counted(int64_t(unused.size()), "tensor"), " that config.json's architecture has no place for (", listed,
        "): check num_hidden_layers, tie_word_embeddings and model_type against the weights");
 }
 

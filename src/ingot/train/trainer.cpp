@@ -22,6 +22,7 @@
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
 #include "ingot/core/stop_signals.h"
+#include "ingot/core/text.h"
 #include "ingot/data/loader.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
@@ -636,7 +637,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   // val_fraction near 1 left one window, which every row of every batch repeated).
   if (loader.num_train_windows() < B * accum)
     log << "warning: " << c.source_of({"val_fraction", "micro_batch_size"}) << ": the training split holds "
-        << loader.num_train_windows() << " row(s), fewer than the " << B * accum
+        << counted(loader.num_train_windows(), "row") << ", fewer than the " << B * accum
         << " a step reads (micro_batch_size x gradient_accumulation_steps): each step repeats them"
         << (c.val_fraction > 0 ? "; lower val_fraction, or train on more data" : "; train on more data") << "\n";
   for (const std::string& warning : AdamW::bf16_rounding_warnings(recipe, c.adam_beta1, c.adam_beta2, c.learning_rate))
