@@ -763,7 +763,7 @@ TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
   EXPECT_TRUE(fs::exists(aside + "/superseded/train-00000.bin"));
 }
 
-// An empty old/ (a prepare killed before it set any file aside; versions before 2026-12-01 made
+// An empty old/ (a prepare killed before it set any file aside; versions before 2026-12-02 made
 // old/ first) holds no dataset: training reads the folder, and the next prepare removes the killed
 // prepare's folder as a partial output. It used to stop every run on the folder, like a dataset set aside.
 TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {

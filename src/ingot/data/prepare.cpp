@@ -34,8 +34,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// "1 document", "2 documents".
-
 struct InputFile {
   fs::path path;
   bool from_directory;  // found by walking a directory (binary files are skipped, not read)

@@ -114,7 +114,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
 
 // Whether a prepare's staging folder (.prepare-<pid> in an output directory) holds a dataset it had
 // set aside mid-swap: a non-empty old/. An empty one (from a prepare killed before it moved any
-// file, as versions before 2026-12-01 could leave) holds nothing: the folder's dataset is whole.
+// file, as versions before 2026-12-02 could leave) holds nothing: the folder's dataset is whole.
 bool holds_set_aside_dataset(const std::string& staging_folder);
 
 }  // namespace ingot::data
