@@ -88,6 +88,38 @@ TEST(TrainConfig, InlineModelConfig) {
   }
 }
 
+// A YAML alias that contains itself inside model_config overflowed the stack (a segfault), and
+// aliases of aliases (each level ten times the last) ran on without bound in memory: both are
+// refused, naming model_config, in the file and in --set.
+TEST(TrainConfig, SelfContainingAndExplodingAliasesAreRefused) {
+  auto message = [](const std::string& yaml, std::vector<std::string> overrides = {}) {
+    try {
+      resolve_model_config(parse_train_config(yaml, "x.yaml", overrides));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string cycle = "model_config: &a {model_type: llama, vocab_size: 64, architectures: [*a]}\ntrain_data: d\n";
+  EXPECT_NE(message(cycle).find("x.yaml: model_config.architectures[0]"), std::string::npos) << message(cycle);
+  EXPECT_NE(message(cycle).find("levels deep (a YAML alias that contains itself?)"), std::string::npos);
+  const std::string set_cycle = message("train_data: d\n", {"model_config={model_type: llama, extra: &a [*a]}"});
+  EXPECT_NE(set_cycle.find("levels deep"), std::string::npos) << set_cycle;
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 7; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) bomb += std::string(k ? ", " : "") + "*a" + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  // 10^7 values under model_config.architectures; the top-level aN keys are unknown, so keep them inside.
+  std::string nested = "model_config:\n  model_type: llama\n  vocab_size: 64\n  architectures:\n";
+  std::istringstream lines(bomb);
+  for (std::string line; std::getline(lines, line);) nested += "    - " + line.substr(line.find(':') + 2) + "\n";
+  nested += "train_data: d\n";
+  EXPECT_NE(message(nested).find("more than 100000 values (YAML aliases repeated within aliases?)"), std::string::npos)
+      << message(nested).substr(0, 400);
+}
+
 TEST(TrainConfig, ErrorsNameKeyAndValue) {
   auto message = [](const std::string& yaml, std::vector<std::string> overrides = {}) {
     try {

@@ -118,7 +118,17 @@ std::string shown_tag(const std::string& tag) {
   return tag.rfind(kCoreTag, 0) == 0 ? "!!" + tag.substr(kCoreTag.size()) : tag;
 }
 
-nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
+// What a model_config may hold: HF config.json files nest a few levels and hold hundreds of values.
+// The bounds stop a YAML alias that contains itself (`&a [*a]`: the recursion overflowed the stack)
+// and an alias bomb (aliases of aliases, each level ten times the last: memory without end).
+constexpr int kMaxYamlDepth = 64;
+constexpr int64_t kMaxYamlNodes = 100000;
+
+nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where, int depth, int64_t& nodes) {
+  if (depth > kMaxYamlDepth)  // `where` is as deep: its start says which key
+    fail(where.substr(0, 160), "...: nested more than ", kMaxYamlDepth, " levels deep (a YAML alias that contains itself?)");
+  if (++nodes > kMaxYamlNodes)
+    fail(where, ": more than ", kMaxYamlNodes, " values (YAML aliases repeated within aliases?)");
   // A mapping or a list may carry only its own core tag, as a scalar only one that fits it.
   const std::string& own = node.Tag();
   const std::string kind = node.IsMap() ? "map" : node.IsSequence() ? "seq" : "";
@@ -132,13 +142,14 @@ nlohmann::json yaml_to_json(const YAML::Node& node, const std::string& where) {
         if (!item.first.IsScalar()) fail(where, ": keys must be plain names");
         const std::string key = item.first.Scalar();
         if (object.contains(key)) fail(where, ": key \"", key, "\" is given twice");
-        object[key] = yaml_to_json(item.second, where + "." + key);
+        object[key] = yaml_to_json(item.second, where + "." + key, depth + 1, nodes);
       }
       return object;
     }
     case YAML::NodeType::Sequence: {
       nlohmann::json array = nlohmann::json::array();
-      for (const auto& item : node) array.push_back(yaml_to_json(item, where + "[" + std::to_string(array.size()) + "]"));
+      for (const auto& item : node)
+        array.push_back(yaml_to_json(item, where + "[" + std::to_string(array.size()) + "]", depth + 1, nodes));
       return array;
     }
     case YAML::NodeType::Scalar: {
@@ -267,7 +278,8 @@ std::map<std::string, Setter> make_setters() {
   path("model", &TrainConfig::model);
   s["model_config"] = {[=](TrainConfig& c, const YAML::Node& n, const std::string& where) {
     if (n.IsMap()) {
-      const nlohmann::json config = yaml_to_json(n, where + ": model_config");
+      int64_t nodes = 0;
+      const nlohmann::json config = yaml_to_json(n, where + ": model_config", 0, nodes);
       // An empty value reads as null, and a null as the key's default (rms_norm_eps: with the value
       // forgotten trained with 1e-6): only keys whose null means something may hold one.
       static const std::set<std::string> nullable = {"rope_scaling", "rope_parameters", "bos_token_id", "eos_token_id",
