@@ -333,6 +333,27 @@ TEST_F(Training, RemovesPartialCheckpointsOfKilledRuns) {
   EXPECT_TRUE(fs::exists(not_a_step)) << out;
 }
 
+// A file under a checkpoint's name in output_dir is no checkpoint: a new run deleted it at the
+// save of that step, and --resume passed over it to an older checkpoint (then deleted it too).
+// Both now stop before step 1, naming it, and leave it as it was.
+TEST_F(Training, AFileUnderACheckpointsNameIsRefusedAndKept) {
+  std::string out;
+  fs::create_directories(root + "/o");
+  write_file(root + "/o/checkpoint-2", "precious");
+  EXPECT_NE(0, train(tiny_config(data, root + "/o", 2, 0), "o", "", &out));
+  EXPECT_NE(out.find("output_dir " + root + "/o holds checkpoint-2, which is not a checkpoint folder; move it out of "
+                     "output_dir"), std::string::npos) << out;
+  EXPECT_EQ(read_file(root + "/o/checkpoint-2"), "precious");
+  ASSERT_EQ(0, train(tiny_config(data, root + "/r", 2, 0), "r", "--set save_steps=1", &out)) << out;
+  write_file(root + "/r/checkpoint-3", "precious");
+  EXPECT_NE(0, train(tiny_config(data, root + "/r", 3, 0), "r", "--resume", &out));
+  EXPECT_NE(out.find("holds checkpoint-3, which is not a checkpoint folder"), std::string::npos) << out;
+  EXPECT_EQ(read_file(root + "/r/checkpoint-3"), "precious");
+  EXPECT_NE(0, train(tiny_config(data, root + "/r", 3, 0), "r", "--overwrite", &out));
+  EXPECT_EQ(read_file(root + "/r/checkpoint-3"), "precious");
+  EXPECT_TRUE(fs::exists(root + "/r/checkpoint-2/model.safetensors"));
+}
+
 // A killed prepare leaves its .prepare-<pid> folder: partial shards (removed by the next prepare
 // into that directory, which says so) or, killed while swapping datasets, the old dataset in old/
 // (kept and named). A prepare whose pid matches such a folder's builds in another.

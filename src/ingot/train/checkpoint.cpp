@@ -133,7 +133,13 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   for (const std::string& file : extra_files)
     if (fs::exists(file)) fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
 
-  fs::remove_all(final_dir);  // a checkpoint of the same step from an earlier, overwritten attempt
+  // A checkpoint of the same step from an earlier, overwritten attempt is replaced; anything else
+  // under its name (the trainer refuses such a file at the start) is not deleted.
+  std::error_code status_ec;
+  if (fs::exists(fs::symlink_status(final_dir, status_ec)) && !fs::is_directory(final_dir, status_ec))
+    fail(final_dir.string(), " exists and is not a checkpoint folder: the checkpoint of step ", contents.step,
+         " is not saved over it (move it out of ", output_dir, ")");
+  fs::remove_all(final_dir);
   fs::rename(tmp_dir, final_dir);
 
   std::vector<std::string> kept;

@@ -195,6 +195,15 @@ void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::ve
 // output_dir's lock.
 std::unique_ptr<ReplacedRun> prepare_output_dir(const TrainConfig& c, const TrainOptions& o, bool lock_held) {
   const fs::path dir(c.output_dir);
+  // Something other than a folder under a checkpoint's name is no checkpoint: --resume passed over
+  // it, and the save at that step deleted it.
+  std::error_code iter_ec;
+  for (const auto& entry : fs::directory_iterator(dir, iter_ec)) {
+    std::error_code ec;
+    if (checkpoint_step(entry.path().filename().string()) >= 0 && !entry.is_directory(ec))
+      fail("output_dir ", c.output_dir, " holds ", entry.path().filename().string(),
+           ", which is not a checkpoint folder; move it out of output_dir (a save at that step would replace it)");
+  }
   if (o.resume) {
     if (list_checkpoints(c.output_dir).empty())
       fail("--resume: no checkpoint-* directory in output_dir ", c.output_dir, " to resume from");
