@@ -794,6 +794,42 @@ TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
       << log.str();
 }
 
+// A prepare killed while moving its dataset in (shards first, meta.json last) left part of it in
+// the output directory and the rest, with meta.json, in its folder; versions before 2026-12-02 also
+// left an empty old/ there. Training on the part is refused, naming the meta.json left behind; the
+// next prepare keeps the folder (so that the refusal stands) unless it completes, and then removes it.
+TEST(DataPrepare, APrepareKilledWhileMovingItsDatasetInStopsTraining) {
+  const std::string dir = test::temp_dir("prepare_killed_move_in");
+  write_text(dir + "/a.txt", std::string(300, 'a'));
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/staged";
+  o.shard_tokens = 100;
+  ASSERT_GE(prepare_dataset(o, tok).shards.size(), 2u);
+  std::string pid;  // of a process that has ended
+  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
+  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string out = dir + "/out", killed = out + "/.prepare-" + pid;
+  fs::create_directories(killed + "/old");
+  fs::copy_file(dir + "/staged/train-00000.bin", out + "/train-00000.bin");
+  for (const char* rest : {"train-00001.bin", "meta.json"}) fs::copy_file(dir + "/staged/" + rest, killed + "/" + rest);
+  EXPECT_TRUE(holds_staged_dataset(killed));
+  EXPECT_FALSE(holds_set_aside_dataset(killed));
+  EXPECT_NE(error_of([&] { resolve_shard_paths({out}); }).find("holds " + killed + "/meta.json, the rest of a dataset"),
+            std::string::npos) << error_of([&] { resolve_shard_paths({out}); });
+  std::ostringstream log;
+  o.log = &log;
+  o.output_dir = out;
+  EXPECT_NE(error_of([&] { prepare_dataset(o, tok); }).find("already holds train-00000.bin"), std::string::npos);
+  EXPECT_TRUE(fs::exists(killed + "/meta.json")) << "kept while the output is still partial";
+  EXPECT_NE(log.str().find("note: " + killed + " holds the rest of a dataset"), std::string::npos) << log.str();
+  o.overwrite = true;
+  prepare_dataset(o, tok);
+  EXPECT_FALSE(fs::exists(killed)) << log.str();
+  EXPECT_EQ(resolve_shard_paths({out}).size(), resolve_shard_paths({dir + "/staged"}).size());
+}
+
 // An input that cannot be read says why, as the file system does: a name too long was "not a file
 // or directory".
 TEST(DataPrepare, MissingInputsSayWhy) {

@@ -50,12 +50,19 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
   const fs::path meta_path = fs::path(dir) / "meta.json";
   std::error_code ec;
   // A prepare --overwrite killed while swapping datasets leaves the old one in .prepare-<pid>/old
-  // and a mix of old and new shards here, with meta.json moved aside or not yet moved in.
-  for (const auto& entry : fs::directory_iterator(dir, ec))
-    if (entry.path().filename().string().rfind(".prepare-", 0) == 0 && holds_set_aside_dataset(entry.path().string()))
+  // and a mix of old and new shards here, with meta.json moved aside or not yet moved in; one killed
+  // while moving its dataset in leaves part of it here and the rest, with meta.json, there.
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().filename().string().rfind(".prepare-", 0) != 0) continue;
+    if (holds_set_aside_dataset(entry.path().string()))
       fail("data: ", dir, " holds ", (entry.path() / "old").string(), ", a dataset that an `ingot prepare --overwrite` "
            "killed while replacing it had set aside: the shards here may mix two datasets (re-run that prepare, or "
            "move the files of that folder back)");
+    if (holds_staged_dataset(entry.path().string()))
+      fail("data: ", dir, " holds ", (entry.path() / "meta.json").string(), ", the rest of a dataset that an `ingot "
+           "prepare` was moving in when it was killed (or is still running): the shards here may be part of it (re-run "
+           "that prepare with --overwrite)");
+  }
   if (!fs::exists(meta_path, ec)) return;
   const std::string meta_file = meta_path.string();
   const std::string fix = " (re-run ingot prepare, or delete meta.json to train on the directory's shards as they are)";

@@ -348,8 +348,10 @@ std::vector<fs::path> killed_staging_folders(const fs::path& out) {
 }
 
 // Killed prepares' folders in out. One holding a dataset in old/ was killed while swapping datasets:
-// old/ is the dataset it had set aside, kept and named. Any other holds the partial output of a
-// killed prepare (up to a dataset's size): removed, and said so.
+// old/ is the dataset it had set aside, kept and named. One holding its new dataset's meta.json was
+// killed while moving that dataset in (out's shards may be part of it): kept, so that training stays
+// refused, until a prepare completes there. Any other holds the partial output of a killed prepare
+// (up to a dataset's size): removed, and said so.
 void tidy_killed_staging(const fs::path& out, std::ostream* log) {
   std::error_code ec;
   for (const fs::path& folder : killed_staging_folders(out)) {
@@ -359,25 +361,47 @@ void tidy_killed_staging(const fs::path& out, std::ostream* log) {
              << "since killed, had set aside; move its files back to restore it, or delete " << folder.string() << "\n";
       continue;
     }
+    if (holds_staged_dataset(folder.string())) {
+      if (log)
+        *log << "note: " << folder.string() << " holds the rest of a dataset that an `ingot prepare`, since killed, "
+             << "was moving into " << out.string() << "; its shards there may be partial until a prepare completes\n";
+      continue;
+    }
     if (fs::exists(folder / "superseded")) continue;  // kept, and named when it was superseded
     fs::remove_all(folder, ec);
     if (log && !ec) *log << "note: removed " << folder.string() << ", the partial output of a killed prepare\n";
   }
 }
 
-// The old/ folders of killed prepares in out (datasets set aside mid-swap), once a --overwrite has
-// replaced the folder's dataset: renamed to superseded/, which neither the loader nor a later
-// prepare takes for a swap in progress, and kept (it may be the user's only copy of an older
-// dataset). Left as old/, it stopped every training run on the folder for good.
-void supersede_set_aside_datasets(const fs::path& out, std::ostream* log) {
-  std::error_code ec;
+// After a prepare has completed in out, what killed prepares left there is no longer a swap or a
+// move-in in progress. A dataset one had set aside (old/) is renamed superseded/, which neither the
+// loader nor a later prepare takes for a swap in progress, and kept (it may be the user's only copy
+// of an older dataset); left as old/, it stopped every training run on the folder for good. The rest
+// of a dataset one was moving in (its shards and meta.json, which this prepare's dataset replaces)
+// is removed, and so is a folder left with nothing to keep.
+void settle_killed_prepares(const fs::path& out, std::ostream* log) {
   for (const fs::path& folder : killed_staging_folders(out)) {
-    if (!holds_set_aside_dataset(folder.string())) continue;
-    fs::rename(folder / "old", folder / "superseded", ec);
-    if (log && !ec)
-      *log << "note: " << (folder / "superseded").string() << " holds the dataset a killed `ingot prepare "
-           << "--overwrite` had set aside, which this prepare's dataset replaces; it is kept, to delete when no "
-           << "longer needed\n";
+    std::error_code ec;
+    if (holds_set_aside_dataset(folder.string())) {
+      fs::rename(folder / "old", folder / "superseded", ec);
+      if (log && !ec)
+        *log << "note: " << (folder / "superseded").string() << " holds the dataset a killed `ingot prepare "
+             << "--overwrite` had set aside, which this prepare's dataset replaces; it is kept, to delete when no "
+             << "longer needed\n";
+    }
+    if (!holds_staged_dataset(folder.string())) continue;
+    bool keeps = false;
+    std::vector<fs::path> rest;
+    for (const auto& entry : fs::directory_iterator(folder, ec)) {
+      const std::string name = entry.path().filename().string();
+      std::error_code empty_ec;
+      const bool empty_old = name == "old" && fs::is_empty(entry.path(), empty_ec) && !empty_ec;
+      if ((name == "old" && !empty_old) || name == "superseded") keeps = true;  // a dataset set aside
+      else rest.push_back(entry.path());
+    }
+    for (const fs::path& p : rest) fs::remove_all(p, ec);
+    if (!keeps) fs::remove_all(folder, ec);
+    if (log) *log << "note: removed the rest of a dataset that a killed prepare was moving in, from " << folder.string() << "\n";
   }
 }
 
@@ -439,8 +463,8 @@ struct StagingDir {
     std::error_code ec;
     fs::rename(old_dir, path / "discarded", ec);
     fs::remove_all(path, ec);  // what a failure here leaves is hidden and inert
-    // A dataset that a killed --overwrite had set aside is no longer a swap in progress.
-    if (overwrite) supersede_set_aside_datasets(out, log);
+    // What killed prepares were swapping or moving in here is replaced now.
+    settle_killed_prepares(out, log);
   }
 };
 
@@ -450,6 +474,11 @@ bool holds_set_aside_dataset(const std::string& staging_folder) {
   std::error_code ec;
   const fs::path old_dir = fs::path(staging_folder) / "old";
   return fs::is_directory(old_dir, ec) && !fs::is_empty(old_dir, ec);
+}
+
+bool holds_staged_dataset(const std::string& staging_folder) {
+  std::error_code ec;
+  return fs::exists(fs::path(staging_folder) / "meta.json", ec);
 }
 
 namespace {

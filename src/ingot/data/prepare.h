@@ -112,9 +112,14 @@ struct PrepareReport {
 // on an input with no documents, and when output_dir already holds shards and overwrite is off.
 PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& tokenizer);
 
-// Whether a prepare's staging folder (.prepare-<pid> in an output directory) holds a dataset it had
-// set aside mid-swap: a non-empty old/. An empty one (from a prepare killed before it moved any
-// file, as versions before 2026-12-02 could leave) holds nothing: the folder's dataset is whole.
+// What a prepare's staging folder (.prepare-<pid> in an output directory) holds when that prepare
+// was killed (or is still running), as far as training on the output directory is concerned:
+//   holds_set_aside_dataset: the old dataset, set aside mid-swap in a non-empty old/; an empty old/
+//     (versions before 2026-12-02 made it first) holds nothing;
+//   holds_staged_dataset: the new dataset's meta.json, which prepare writes last and moves in last,
+//     so the move-in of its shards may have stopped part way.
+// Either way the output directory's shards may be partial or mixed, and training on it is refused.
 bool holds_set_aside_dataset(const std::string& staging_folder);
+bool holds_staged_dataset(const std::string& staging_folder);
 
 }  // namespace ingot::data
