@@ -816,10 +816,11 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   EXPECT_NE(out.find(state_file + ": key \"attention_switches\" must be a string, got {}"), std::string::npos) << out;
   // The recorded settings a resume compares (max_steps, the batch shape, the step settings): a
   // value of another kind showed up only in a resume note ("max_steps was \"3\" in the checkpoint").
-  for (const auto& [key, value, kind] : {std::tuple{"max_steps", nlohmann::json("3"), "a number"},
-                                         std::tuple{"micro_batch_size", nlohmann::json(true), "a number"},
-                                         std::tuple{"weight_decay_norms", nlohmann::json(0), "true or false"},
-                                         std::tuple{"lr_scheduler_type", nlohmann::json(1), "a string"}}) {
+  for (const auto& [key, value, kind] : {std::tuple{"max_steps", nlohmann::json("3"), "an integer"},
+                                         std::tuple{"micro_batch_size", nlohmann::json(2.5), "an integer"},
+                                         std::tuple{"learning_rate", nlohmann::json("x"), "a number"},
+                                         std::tuple{"adam_beta1", nlohmann::json(false), "a number"},
+                                         std::tuple{"weight_decay_norms", nlohmann::json(0), "true or false"}}) {
     state = nlohmann::json::parse(state_text);
     ASSERT_TRUE(state.contains(key)) << key;
     state[key] = value;
@@ -829,6 +830,17 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
               std::string::npos) << key << "\n" << out;
   }
   write_file(state_file, state_text);
+  // With an older checkpoint to go back to, the error names it, as for other damage (the check ran
+  // after that hint's place, once the run had said it resumed).
+  ASSERT_EQ(0, train(tiny_config(data, root + "/two", 2, 0), "two", "--set save_steps=1", &out)) << out;
+  const std::string newest = root + "/two/checkpoint-2/trainer_state.json";
+  state = nlohmann::json::parse(read_file(newest));
+  state["max_steps"] = "4";
+  write_file(newest, state.dump());
+  EXPECT_NE(0, train(tiny_config(data, root + "/two", 3, 0), "two", "--resume", &out));
+  EXPECT_NE(out.find(newest + ": key \"max_steps\" must be an integer, got \"4\": the checkpoint is damaged\n(to resume "
+                     "from the checkpoint before it, " + root + "/two/checkpoint-1"), std::string::npos) << out;
+  EXPECT_EQ(out.find("resumed from"), std::string::npos) << out;
   // A FIFO in metrics.jsonl's place blocked the resume for good (and a link to /dev/zero filled the memory).
   fs::remove(metrics_file);
   ASSERT_EQ(0, ::mkfifo(metrics_file.c_str(), 0644));

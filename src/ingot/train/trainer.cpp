@@ -403,19 +403,9 @@ std::string attention_switches(const Context& ctx) {
 // What this run changes from the one that wrote the checkpoint it resumes, one line each for the
 // log. Any of these is allowed (extending max_steps is the usual one), but the resumed run then
 // no longer repeats an uninterrupted run, and the user should see that rather than find out.
-std::vector<std::string> resume_changes(const nlohmann::json& state, const std::string& state_file, const TrainConfig& c,
-                                        const Recipe& recipe, const std::string& attention_plan,
-                                        const std::string& switches) {
+std::vector<std::string> resume_changes(const nlohmann::json& state, const TrainConfig& c, const Recipe& recipe,
+                                        const std::string& attention_plan, const std::string& switches) {
   std::vector<std::string> changes;
-  // A recorded setting of another kind than the config's (a string where a number belongs) was
-  // edited or damaged: named, where it used to show up only in a resume note.
-  auto check_kind = [&](const std::string& key, const nlohmann::json& now) {
-    const nlohmann::json& was = state[key];
-    const bool same = now.is_number() ? was.is_number() : now.is_boolean() ? was.is_boolean() : was.is_string();
-    if (!same)
-      fail(state_file, ": key \"", key, "\" must be ", now.is_number() ? "a number" : now.is_boolean() ? "true or false" : "a string",
-           ", got ", io::json_brief(was), ": the checkpoint is damaged");
-  };
   // A string the checkpoint recorded (if it did) that differs now; an empty one is shown as `empty`.
   auto compare_record = [&](const char* key, const std::string& now, const std::string& empty, const std::string& what_was,
                             const std::string& is, const std::string& consequence) {
@@ -441,7 +431,6 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const std::
     changes.push_back("the checkpoint was trained with precision " + was + ", this run uses " + now +
                       ": weights and AdamW moments are converted where their dtypes differ");
   auto compare = [&](const char* key, const nlohmann::json& value) {
-    if (state.contains(key)) check_kind(key, value);
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
                         ": the learning-rate schedule follows the new value");
@@ -452,19 +441,15 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const std::
   // Recorded since 2026-12-01. The data cursor counts windows, so the batches go on from where the
   // checkpoint stopped, in other groupings (the loader itself refuses another sequence_len).
   for (const auto& [key, value] : {std::pair{"micro_batch_size", c.micro_batch_size},
-                                   std::pair{"gradient_accumulation_steps", c.gradient_accumulation_steps}}) {
-    if (state.contains(key)) check_kind(key, value);
+                                   std::pair{"gradient_accumulation_steps", c.gradient_accumulation_steps}})
     if (state.contains(key) && state[key] != value)
       changes.push_back(std::string(key) + " was " + state[key].dump() + " in the checkpoint, now " + std::to_string(value) +
                         ": the steps from here on group the data differently, so the run no longer repeats the uninterrupted one");
-  }
   const nlohmann::json settings = step_settings(c);  // items() refers to it: not a temporary
-  for (const auto& [key, value] : settings.items()) {
-    if (state.contains(key)) check_kind(key, value);
+  for (const auto& [key, value] : settings.items())
     if (state.contains(key) && state[key] != value)
       changes.push_back(key + " was " + state[key].dump() + " in the checkpoint, now " + value.dump() +
                         ": the steps from here on use the new value, so the run no longer repeats the uninterrupted one");
-  }
   return changes;
 }
 
@@ -485,9 +470,23 @@ void check_same_architecture(const std::string& checkpoint, const ModelConfig& n
   }
 }
 
+// The settings trainer_state.json records that a resume compares with the config
+// (resume_changes), with this run's values: each recorded one must be of the same kind.
+nlohmann::json compared_settings(const TrainConfig& c) {
+  nlohmann::json settings = step_settings(c);
+  settings.update({{"max_steps", c.max_steps},
+                   {"learning_rate", c.learning_rate},
+                   {"lr_scheduler_type", c.lr_scheduler_type},
+                   {"micro_batch_size", c.micro_batch_size},
+                   {"gradient_accumulation_steps", c.gradient_accumulation_steps}});
+  return settings;
+}
+
 // Loads checkpoint dir into the model and optimizer; returns its trainer_state.json, whose "step",
-// "data" and text fields are checked (the data cursor is restored by the caller).
-nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {
+// "data", text fields and compared settings (of the kinds `compared` has) are checked (the data
+// cursor is restored by the caller).
+nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer,
+                                      const nlohmann::json& compared) {
   const nlohmann::json state = load_checkpoint(dir, ctx, model, optimizer);
   const std::string state_file = (fs::path(dir) / "trainer_state.json").string();
   if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() || state["step"].get<int64_t>() < 0)
@@ -500,6 +499,20 @@ nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Tran
   for (const char* key : {"recipe", "precision", "attention_plan", "attention_switches", "lr_scheduler_type", "config_source"})
     if (state.contains(key) && !state[key].is_string())
       fail(state_file, ": key \"", key, "\" must be a string, got ", io::json_brief(state[key]), ": the checkpoint is damaged");
+  // A compared setting of another kind (a string or a fraction where a step count belongs) was
+  // edited or damaged: named, where it used to show up only in a resume note.
+  for (const auto& [key, now] : compared.items()) {
+    if (!state.contains(key)) continue;
+    const nlohmann::json& was = state[key];
+    const bool same = now.is_number_integer() ? was.is_number_integer()
+                      : now.is_number()       ? was.is_number()
+                      : now.is_boolean()      ? was.is_boolean()
+                                              : was.is_string();
+    if (!same)
+      fail(state_file, ": key \"", key, "\" must be ",
+           now.is_number_integer() ? "an integer" : now.is_number() ? "a number" : now.is_boolean() ? "true or false" : "a string",
+           ", got ", io::json_brief(was), ": the checkpoint is damaged");
+  }
   // The directory's name is the step it was saved at; a state that disagrees was edited or mixed
   // up with another checkpoint's, and its data cursor and learning rate would not match.
   const int64_t step = state["step"].get<int64_t>();
@@ -719,7 +732,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     check_same_architecture(dir, model_config, c);
     nlohmann::json state;
     try {
-      state = load_resume_checkpoint(dir, ctx, model, optimizer);
+      state = load_resume_checkpoint(dir, ctx, model, optimizer, compared_settings(c));
     } catch (const Error& e) {
       // A damaged newest checkpoint is not skipped silently (its steps would be trained again),
       // but the way to the one before it is named.
@@ -742,8 +755,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(c.source_of({"max_steps"}), ": max_steps ", c.max_steps, " is below the step of the checkpoint --resume continues, ",
            dir, " (step ", start_step, "); raise max_steps to train on, or start a new run from it with model: ", dir);
     log << "resumed from " << dir << " at step " << start_step << "\n";
-    for (const std::string& change : resume_changes(state, (fs::path(dir) / "trainer_state.json").string(), c, recipe,
-                                                       workspace_note, attention_switches(ctx)))
+    for (const std::string& change : resume_changes(state, c, recipe, workspace_note, attention_switches(ctx)))
       log << "note: resume: " << change << "\n";
   }
   MetricsLog metrics(c.output_dir, options.resume ? start_step : -1);
