@@ -1080,6 +1080,9 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         // An option without its value: CLI11 said "1 required INT missing".
         std::pair{"info x --seq=", "--seq needs a value (INT), and none was given"},
         std::pair{"train x.yaml --set", "--set needs a value (TEXT), and none was given"},
+        std::pair{"generate x --seed", "--seed needs a value (UINT), and none was given"},
+        // The next option taken for the value: prepare wrote into a folder named --overwrite.
+        std::pair{"prepare x -o --overwrite", "--output needs a value, and none was given (--overwrite followed it)"},
         std::pair{"train", "train: a CONFIG.yaml is required"},
         std::pair{"train x.yaml --resume --overwrite", "--resume and --overwrite exclude each other"},
         std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},

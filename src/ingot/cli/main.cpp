@@ -136,12 +136,26 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
 }
 
 // CLI11's message for an option given without its value ("--max-new-tokens=", or last on the
-// line) counts what is missing: "--seed: 1 required UINT missing". Said plainly instead.
+// line) counts what is missing: "--max-new-tokens: 1 required INT missing", or with a range,
+// "--seed: 1 required UINT:0 to 2^64-1 missing". Said plainly instead, with the type's name.
 std::string plain_cli_message(const std::string& message) {
-  static const std::regex missing_value(R"(^(-[^ :]+): 1 required (.+?) missing)");
+  static const std::regex missing_value(R"(^(-[^ :]+): 1 required ([^ :]+)(:.*?)? missing)");
   std::smatch m;
   if (!std::regex_search(message, m, missing_value)) return message;
   return m[1].str() + " needs a value (" + m[2].str() + "), and none was given" + m.suffix().str();
+}
+
+// An option whose value is another option's name (`prepare in -o --overwrite`): CLI11 takes the
+// next word as the value, so -o's folder became "--overwrite" and overwrite stayed off. Returns the
+// message for the first such option of the parsed command, or "".
+std::string option_taken_as_value(const CLI::App& app) {
+  for (const CLI::App* command : app.get_subcommands())
+    for (const CLI::Option* option : command->get_options())
+      for (const std::string& value : option->results())
+        if (value.size() > 1 && value[0] == '-' &&
+            (command->get_option_no_throw(value) != nullptr || app.get_option_no_throw(value) != nullptr))
+          return option->get_name() + " needs a value, and none was given (" + value + " followed it)";
+  return "";
 }
 
 // An error message as the terminal should show it: control bytes of a path or value the user gave
@@ -551,6 +565,10 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
     std::cerr << "error: " << printable(e.what()) << "\n";
+    return 2;
+  }
+  if (const std::string taken = option_taken_as_value(app); !taken.empty()) {
+    std::cerr << "error: " << printable(taken) << "\n";
     return 2;
   }
   prep.add_special_tokens = !prep_no_special_tokens;
