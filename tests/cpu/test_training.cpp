@@ -1227,6 +1227,13 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   }
   EXPECT_TRUE(fs::exists(ckpt + "/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+  // A folder of the user's under the name of a file the export writes: --overwrite deleted it.
+  fs::create_directories(root + "/exported/model.safetensors/notes");
+  write_file(root + "/exported/model.safetensors/notes/keep.txt", "mine");
+  EXPECT_NE(0, run_command(cli() + " export " + ckpt + " " + root + "/exported --overwrite", &out));
+  EXPECT_NE(out.find("export: " + root + "/exported holds a folder named model.safetensors where the export writes a file"),
+            std::string::npos) << out;
+  EXPECT_EQ(read_file(root + "/exported/model.safetensors/notes/keep.txt"), "mine");
   // An output below a file (it printed a raw filesystem error about a temporary name).
   write_file(root + "/a_file", "x");
   EXPECT_NE(0, run_command(cli() + " export " + ckpt + " " + root + "/a_file/sub", &out));

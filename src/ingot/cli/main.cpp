@@ -317,6 +317,18 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   // "out/" and "out/." name out itself (a temporary folder named after them landed inside out).
   fs::path target = fs::absolute(out_dir).lexically_normal();
   if (target.filename().empty()) target = target.parent_path();
+  // A folder under the name of a file the export replaces (config.json, a weights shard, a companion)
+  // is the user's: --overwrite deleted it, with all it held.
+  std::error_code iter_ec;
+  for (const auto& entry : fs::directory_iterator(target, iter_ec)) {
+    const std::string name = entry.path().filename().string();
+    std::error_code ec;
+    const bool ours = is_stale_export_entry(name) || std::find(std::begin(kModelCompanionFiles),
+                                                               std::end(kModelCompanionFiles), name) != std::end(kModelCompanionFiles);
+    if (ours && !name.starts_with(".export-") && fs::is_directory(entry.symlink_status(ec)))
+      fail("export: ", out_dir, " holds a folder named ", name, " where the export writes a file; move it out of ",
+           out_dir, " (--overwrite replaces files only)");
+  }
   // Nor as a checkpoint of a run: named checkpoint-<N> (or a partial one's name) in a run's folder,
   // it would become that run's newest checkpoint, which generate, info and --resume then read.
   std::error_code ec;
