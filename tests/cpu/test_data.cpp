@@ -794,6 +794,24 @@ TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
       << log.str();
 }
 
+// Counts of one take the singular ("1 shard", "1 shard file"); they read "1 shard(s)".
+TEST(DataPrepare, CountsOfOneTakeTheSingular) {
+  const std::string dir = test::temp_dir("prepare_singular");
+  write_text(dir + "/a.txt", std::string(300, 'a'));
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/out";
+  const std::string report = prepare_dataset(o, tok).to_string();
+  EXPECT_NE(report.find("prepare: 1 document, 301 tokens from 1 file into 1 shard in "), std::string::npos) << report;
+  DataLoaderConfig c;
+  c.paths = {dir + "/out"};
+  c.seq_len = 16;
+  c.vocab_size = tok.vocab_size();
+  const std::string summary = DataLoader(c).summary();
+  EXPECT_EQ(summary.rfind("data: 1 shard file, 301 tokens; ", 0), 0u) << summary;
+}
+
 // A prepare killed while moving its dataset in (shards first, meta.json last) left part of it in
 // the output directory and the rest, with meta.json, in its folder; versions before 2026-12-02 also
 // left an empty old/ there. Training on the part is refused, naming the meta.json left behind; the

@@ -306,8 +306,8 @@ fs::path check_output(const PrepareOptions& options) {
   refuse_foreign_entries(dir);
   const std::vector<fs::path> old = dataset_files(dir);
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
-              old.empty() ? "" : old.front().filename().string(), " (", old.size(),
-              " dataset files); choose another directory or set overwrite (--overwrite)");
+              old.empty() ? "" : old.front().filename().string(), " (", counted(int64_t(old.size()), "dataset file"),
+              "); choose another directory or set overwrite (--overwrite)");
   // A tokenizer file that belongs to no dataset (the folder of a model, say) is the user's own:
   // never replaced by another (an identical one stays as it is: see kept_tokenizer_files).
   const std::set<std::string> ours = dataset_tokenizer_files(dir);
@@ -695,7 +695,7 @@ std::string PrepareReport::to_string() const {
     char pct[64];
     std::snprintf(pct, sizeof pct, "%.1f%%",
                   num_tokens ? 100.0 * static_cast<double>(trained_tokens) / num_tokens : 0.0);
-    s << "\nprepare: chat format " << chat_format << "; loss on " << trained_tokens << " tokens ("
+    s << "\nprepare: chat format " << chat_format << "; loss on " << counted(trained_tokens, "token") << " ("
       << pct << "), masked fraction ";
     std::snprintf(pct, sizeof pct, "%.1f%%",
                   num_tokens ? 100.0 * static_cast<double>(num_tokens - trained_tokens) / num_tokens
@@ -715,7 +715,7 @@ std::string PrepareReport::to_string() const {
       << (repeated_inputs.size() > 1 ? " and " + std::to_string(repeated_inputs.size() - 1) + " more" : std::string())
       << " named again (a file is read once however often it is named; to weight it, copy it)";
   if (skipped_json_lines)
-    s << "\nprepare: skipped " << skipped_json_lines << " invalid JSONL lines";
+    s << "\nprepare: skipped " << counted(skipped_json_lines, "invalid JSONL line");
   return s.str();
 }
 
@@ -970,10 +970,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     std::ostringstream inputs;
     for (size_t i = 0; i < options.inputs.size(); ++i)
       inputs << (i ? ", " : "") << options.inputs[i];
-    fail("prepare: no documents found in ", inputs.str(), " (", files.size(), " files, ",
-         report.skipped_binary_files, " skipped as binary, ", report.skipped_json_lines,
-         " invalid JSONL lines skipped, ", report.dropped + report.dropped_no_target,
-         " documents dropped)");
+    fail("prepare: no documents found in ", inputs.str(), " (", counted(int64_t(files.size()), "file"), ", ",
+         report.skipped_binary_files, " skipped as binary, ", counted(report.skipped_json_lines, "invalid JSONL line"),
+         " skipped, ", counted(report.dropped + report.dropped_no_target, "document"), " dropped)");
   }
 
   const bool with_special_tokens = !chat && options.add_special_tokens;
