@@ -87,6 +87,14 @@ std::vector<int32_t> next_starts(DataLoader& loader, int64_t batches, int64_t B)
   return starts;
 }
 
+// The id of a process that has ended (a shell that printed its own): what a killed prepare's
+// .prepare-<pid> folder is named after.
+std::string ended_process_id() {
+  std::string pid;
+  if (test::run_command("sh -c 'echo $$'", &pid) != 0) return "";
+  return pid.substr(0, pid.find_first_not_of("0123456789"));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- shards
@@ -744,9 +752,8 @@ TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
   o.inputs = {dir + "/a.txt"};
   o.output_dir = dir + "/out";
   prepare_dataset(o, tok);
-  std::string pid;  // of a process that has ended
-  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
-  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string pid = ended_process_id();
+  ASSERT_FALSE(pid.empty());
   const std::string aside = dir + "/out/.prepare-" + pid;
   write_text(aside + "/old/train-00000.bin", "a shard set aside");
   EXPECT_NE(error_of([&] { resolve_shard_paths({dir + "/out"}); }).find("holds " + aside + "/old"), std::string::npos);
@@ -774,9 +781,8 @@ TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
   o.inputs = {dir + "/a.txt"};
   o.output_dir = dir + "/out";
   prepare_dataset(o, tok);
-  std::string pid;  // of a process that has ended
-  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
-  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string pid = ended_process_id();
+  ASSERT_FALSE(pid.empty());
   const std::string killed = dir + "/out/.prepare-" + pid;
   fs::create_directories(killed + "/old");
   EXPECT_FALSE(holds_set_aside_dataset(killed));
@@ -825,9 +831,8 @@ TEST(DataPrepare, APrepareKilledWhileMovingItsDatasetInStopsTraining) {
   o.output_dir = dir + "/staged";
   o.shard_tokens = 100;
   ASSERT_GE(prepare_dataset(o, tok).shards.size(), 2u);
-  std::string pid;  // of a process that has ended
-  ASSERT_EQ(0, test::run_command("sh -c 'echo $$'", &pid));
-  pid = pid.substr(0, pid.find_first_not_of("0123456789"));
+  const std::string pid = ended_process_id();
+  ASSERT_FALSE(pid.empty());
   const std::string out = dir + "/out", killed = out + "/.prepare-" + pid;
   fs::create_directories(killed + "/old");
   fs::copy_file(dir + "/staged/train-00000.bin", out + "/train-00000.bin");
