@@ -87,6 +87,15 @@ std::vector<int32_t> next_starts(DataLoader& loader, int64_t batches, int64_t B)
   return starts;
 }
 
+// Options that prepare one file, dir/a.txt holding `text` (written here), into dir/out.
+PrepareOptions one_file_into_out(const std::string& dir, const std::string& text) {
+  write_text(dir + "/a.txt", text);
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/out";
+  return o;
+}
+
 // The id of a process that has ended (a shell that printed its own): what a killed prepare's
 // .prepare-<pid> folder is named after.
 std::string ended_process_id() {
@@ -746,11 +755,8 @@ TEST(DataPrepare, DocSeparatorChecksAndByteOrderMark) {
 // stayed refused after the re-run.
 TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
   const std::string dir = test::temp_dir("prepare_set_aside");
-  write_text(dir + "/a.txt", "some text");
   ByteTokenizer tok;
-  PrepareOptions o;
-  o.inputs = {dir + "/a.txt"};
-  o.output_dir = dir + "/out";
+  PrepareOptions o = one_file_into_out(dir, "some text");
   prepare_dataset(o, tok);
   const std::string pid = ended_process_id();
   ASSERT_FALSE(pid.empty());
@@ -775,11 +781,8 @@ TEST(DataPrepare, AnOverwriteSupersedesADatasetAKilledPrepareSetAside) {
 // prepare's folder as a partial output. It used to stop every run on the folder, like a dataset set aside.
 TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
   const std::string dir = test::temp_dir("prepare_empty_old");
-  write_text(dir + "/a.txt", "some text");
   ByteTokenizer tok;
-  PrepareOptions o;
-  o.inputs = {dir + "/a.txt"};
-  o.output_dir = dir + "/out";
+  PrepareOptions o = one_file_into_out(dir, "some text");
   prepare_dataset(o, tok);
   const std::string pid = ended_process_id();
   ASSERT_FALSE(pid.empty());
@@ -803,12 +806,8 @@ TEST(DataPrepare, AnEmptySetAsideFolderStopsNothing) {
 // Counts of one take the singular ("1 shard", "1 shard file"); they read "1 shard(s)".
 TEST(DataPrepare, CountsOfOneTakeTheSingular) {
   const std::string dir = test::temp_dir("prepare_singular");
-  write_text(dir + "/a.txt", std::string(300, 'a'));
   ByteTokenizer tok;
-  PrepareOptions o;
-  o.inputs = {dir + "/a.txt"};
-  o.output_dir = dir + "/out";
-  const std::string report = prepare_dataset(o, tok).to_string();
+  const std::string report = prepare_dataset(one_file_into_out(dir, std::string(300, 'a')), tok).to_string();
   EXPECT_NE(report.find("prepare: 1 document, 301 tokens from 1 file into 1 shard in "), std::string::npos) << report;
   DataLoaderConfig c;
   c.paths = {dir + "/out"};
@@ -824,10 +823,8 @@ TEST(DataPrepare, CountsOfOneTakeTheSingular) {
 // next prepare keeps the folder (so that the refusal stands) unless it completes, and then removes it.
 TEST(DataPrepare, APrepareKilledWhileMovingItsDatasetInStopsTraining) {
   const std::string dir = test::temp_dir("prepare_killed_move_in");
-  write_text(dir + "/a.txt", std::string(300, 'a'));
   ByteTokenizer tok;
-  PrepareOptions o;
-  o.inputs = {dir + "/a.txt"};
+  PrepareOptions o = one_file_into_out(dir, std::string(300, 'a'));
   o.output_dir = dir + "/staged";
   o.shard_tokens = 100;
   ASSERT_GE(prepare_dataset(o, tok).shards.size(), 2u);
