@@ -673,6 +673,19 @@ TEST_F(Training, FromScratchModelTakesTheDatasEosId) {
   config.replace(config.find("  vocab_size"), 0, "  eos_token_id: 3\n");
   ASSERT_EQ(0, train(config, "own", "", &out)) << out;
   EXPECT_EQ(nlohmann::json::parse(read_file(root + "/own/checkpoint-1/config.json")).at("eos_token_id"), 3);
+  // An eos_id that is no token id of the model (an edited or damaged meta.json) is said: the
+  // checkpoints lost their end of text without a word, and generate never stopped.
+  for (const nlohmann::json& bad : {nlohmann::json(99999), nlohmann::json("256"), nlohmann::json(256.5)}) {
+    meta["eos_id"] = bad;
+    write_file(data + "/meta.json", meta.dump());
+    ASSERT_EQ(0, train(tiny_config(data, root + "/bad_eos", 1, 0), "bad_eos", "--overwrite", &out)) << out;
+    EXPECT_NE(out.find("warning: " + data + "/meta.json: eos_id " + bad.dump() +
+                       " is not a token id of this model (vocab_size 257), so eos_token_id stays unset"),
+              std::string::npos) << out;
+    EXPECT_TRUE(nlohmann::json::parse(read_file(root + "/bad_eos/checkpoint-1/config.json")).at("eos_token_id").is_null());
+  }
+  meta["eos_id"] = 256;
+  write_file(data + "/meta.json", meta.dump());
   // Folders whose end-of-text ids differ: the id stays unset, and the note says why (it was silent,
   // and transformers' generate on the export never stopped).
   const std::string tokenizer = ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer";

@@ -569,7 +569,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   const std::vector<fs::path> data_dirs = data_directories(c);
   // A model trained from scratch without an eos_token_id takes its data's end-of-text id, so that
   // its checkpoints and exports say where documents end (generate and transformers stop there).
-  std::string eos_note;
+  std::string eos_note, eos_warning;
   const bool eos_unset = c.model.empty() && model_config.eos_token_id < 0 && model_config.eos_token_ids.empty();
   const std::vector<std::string> resumed =
       eos_unset && options.resume ? list_checkpoints(c.output_dir) : std::vector<std::string>();
@@ -581,11 +581,19 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     model_config.eos_token_ids = saved.eos_token_ids;
   } else if (eos_unset && !c.train_data.empty()) {
     std::set<int64_t> ids;
+    std::string bad_eos;  // the first meta.json whose eos_id is no token id of this model
     for (const fs::path& d : data_dirs) {
       const nlohmann::json eos = dataset_meta(d).value("eos_id", nlohmann::json());
-      ids.insert(eos.is_number_integer() ? eos.get<int64_t>() : -1);
+      const bool id = eos.is_number_integer() && eos.get<int64_t>() >= 0 && eos.get<int64_t>() < model_config.vocab_size;
+      if (!eos.is_null() && !id && bad_eos.empty())
+        bad_eos = (d / "meta.json").string() + ": eos_id " + io::json_brief(eos);
+      ids.insert(id ? eos.get<int64_t>() : -1);
     }
-    if (ids.size() == 1 && *ids.begin() >= 0 && *ids.begin() < model_config.vocab_size) {
+    if (!bad_eos.empty()) {
+      // The checkpoints then said nothing of where documents end, without a word.
+      eos_warning = bad_eos + " is not a token id of this model (vocab_size " + std::to_string(model_config.vocab_size) +
+                 "), so eos_token_id stays unset in checkpoints and exports; set model_config.eos_token_id";
+    } else if (ids.size() == 1 && *ids.begin() >= 0) {
       model_config.eos_token_id = *ids.begin();
       eos_note = "eos_token_id " + std::to_string(model_config.eos_token_id) + " from the data's meta.json (model_config sets none)";
     } else if (ids.size() > 1) {
@@ -655,6 +663,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       << "memory plan: " << memory.summary() << "\n";
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
   if (!eos_note.empty()) log << "note: " << eos_note << "\n";
+  if (!eos_warning.empty()) log << "warning: " << eos_warning << "\n";
   // Fewer training rows than one step reads: every step sees the same few rows again (a
   // val_fraction near 1 left one window, which every row of every batch repeated).
   if (loader.num_train_windows() < B * accum)
