@@ -830,6 +830,7 @@ TEST_F(Training, ResumeNamesMistypedStateAndMetrics) {
   // The recorded settings a resume compares (max_steps, the batch shape, the step settings): a
   // value of another kind showed up only in a resume note ("max_steps was \"3\" in the checkpoint").
   for (const auto& [key, value, kind] : {std::tuple{"max_steps", nlohmann::json("3"), "an integer"},
+                                         std::tuple{"seed", nlohmann::json("1"), "an integer"},
                                          std::tuple{"micro_batch_size", nlohmann::json(2.5), "an integer"},
                                          std::tuple{"learning_rate", nlohmann::json("x"), "a number"},
                                          std::tuple{"adam_beta1", nlohmann::json(false), "a number"},

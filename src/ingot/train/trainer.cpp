@@ -471,10 +471,12 @@ void check_same_architecture(const std::string& checkpoint, const ModelConfig& n
 }
 
 // The settings trainer_state.json records that a resume compares with the config
-// (resume_changes), with this run's values: each recorded one must be of the same kind.
+// (resume_changes; the seed through the data cursor's), with this run's values: each recorded one
+// must be of the same kind.
 nlohmann::json compared_settings(const TrainConfig& c) {
   nlohmann::json settings = step_settings(c);
-  settings.update({{"max_steps", c.max_steps},
+  settings.update({{"seed", c.seed},
+                   {"max_steps", c.max_steps},
                    {"learning_rate", c.learning_rate},
                    {"lr_scheduler_type", c.lr_scheduler_type},
                    {"micro_batch_size", c.micro_batch_size},
