@@ -974,7 +974,8 @@ TEST_F(Training, ResumeNamesAChangedValidationSplit) {
   state["data"]["index"] = 99999;
   write_file(state_file, state.dump(2));
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out));
-  EXPECT_NE(out.find("data: saved loader cursor (epoch 0, index 99999) is out of range"), std::string::npos) << out;
+  EXPECT_NE(out.find(state_file + ": key \"data\" (the data loader's cursor): saved loader cursor (epoch 0, index 99999) "
+                     "is out of range: the checkpoint is damaged"), std::string::npos) << out;
   EXPECT_EQ(out.find("keeps its data settings"), std::string::npos) << out;
   // A cursor value of the wrong kind is named with the file and key. A fractional index was cut to
   // a whole one, and training went on from another place in the data; the others printed a bare

@@ -756,7 +756,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     if (const std::string mismatch = loader.state_mismatch(state["data"]); !mismatch.empty())
       fail(c.source_of({"seed", "sequence_len", "val_fraction", "packing", "train_data"}), ": --resume from ", dir, ": ",
            mismatch, "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
-    loader.restore_state(state["data"]);
+    try {
+      loader.restore_state(state["data"]);
+    } catch (const Error& e) {  // a cursor past the data, an unknown stride: said with the file that holds it
+      std::string why = e.what();
+      if (why.rfind("data: ", 0) == 0) why.erase(0, 6);
+      fail((fs::path(dir) / "trainer_state.json").string(), ": key \"data\" (the data loader's cursor): ", why,
+           ": the checkpoint is damaged");
+    }
     start_step = state["step"].get<int64_t>();
     // Checkpoints before 2026-12-02 do not record it: their runs counted updates by step.
     updates_done = state.value("updates", start_step);
