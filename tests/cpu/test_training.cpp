@@ -1098,6 +1098,8 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         std::pair{"generate x --seed", "--seed needs a value (UINT), and none was given"},
         // The next option taken for the value: prepare wrote into a folder named --overwrite.
         std::pair{"prepare x -o --overwrite", "--output needs a value, and none was given (--overwrite followed it)"},
+        std::pair{"generate m --prompt --seed 3", "--prompt needs a value, and none was given (--seed followed it)"},
+        std::pair{"info x --seq --micro-batch 2", "--seq needs a value, and none was given (--micro-batch followed it)"},
         std::pair{"train", "train: a CONFIG.yaml is required"},
         std::pair{"train x.yaml --resume --overwrite", "--resume and --overwrite exclude each other"},
         std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},

@@ -145,16 +145,29 @@ std::string plain_cli_message(const std::string& message) {
   return m[1].str() + " needs a value (" + m[2].str() + "), and none was given" + m.suffix().str();
 }
 
-// An option whose value is another option's name (`prepare in -o --overwrite`): CLI11 takes the
-// next word as the value, so -o's folder became "--overwrite" and overwrite stayed off. Returns the
-// message for the first such option of the parsed command, or "".
-std::string option_taken_as_value(const CLI::App& app) {
-  for (const CLI::App* command : app.get_subcommands())
-    for (const CLI::Option* option : command->get_options())
-      for (const std::string& value : option->results())
-        if (value.size() > 1 && value[0] == '-' &&
-            (command->get_option_no_throw(value) != nullptr || app.get_option_no_throw(value) != nullptr))
-          return option->get_name() + " needs a value, and none was given (" + value + " followed it)";
+// An option that takes a value, followed by another option's name (`prepare in -o --overwrite`):
+// CLI11 takes the next word as the value, so -o's folder became "--overwrite" and overwrite stayed
+// off; `generate m --prompt --seed 3` then found 3 "not expected", and `--seq --micro-batch 2` a bad
+// number. Checked on the words before parsing; returns the message for the first, or "".
+std::string option_missing_its_value(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return "";
+  const CLI::App* command = nullptr;
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->get_name() == argv[1]) command = sub;
+  if (command == nullptr) return "";
+  auto option_named = [&](std::string word) -> const CLI::Option* {
+    if (word.size() < 2 || word[0] != '-') return nullptr;
+    word = word.substr(0, word.find('='));
+    if (const CLI::Option* o = command->get_option_no_throw(word)) return o;
+    return app.get_option_no_throw(word);
+  };
+  for (int i = 2; i + 1 < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;  // what follows is positional
+    const CLI::Option* option = word.find('=') == std::string::npos ? option_named(word) : nullptr;
+    if (option != nullptr && option->get_expected_min() > 0 && option_named(argv[i + 1]) != nullptr)
+      return option->get_name() + " needs a value, and none was given (" + argv[i + 1] + " followed it)";
+  }
   return "";
 }
 
@@ -569,6 +582,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (const std::string missing = option_missing_its_value(app, argc, argv); !missing.empty()) {
+    std::cerr << "error: " << printable(missing) << "\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -577,10 +594,6 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : 2;
   } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
     std::cerr << "error: " << printable(e.what()) << "\n";
-    return 2;
-  }
-  if (const std::string taken = option_taken_as_value(app); !taken.empty()) {
-    std::cerr << "error: " << printable(taken) << "\n";
     return 2;
   }
   prep.add_special_tokens = !prep_no_special_tokens;
