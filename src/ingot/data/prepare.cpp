@@ -392,11 +392,10 @@ void settle_killed_prepares(const fs::path& out, std::ostream* log) {
     if (!holds_staged_dataset(folder.string())) continue;
     bool keeps = false;
     std::vector<fs::path> rest;
+    const bool set_aside = holds_set_aside_dataset(folder.string());  // old/ could not be renamed
     for (const auto& entry : fs::directory_iterator(folder, ec)) {
       const std::string name = entry.path().filename().string();
-      std::error_code empty_ec;
-      const bool empty_old = name == "old" && fs::is_empty(entry.path(), empty_ec) && !empty_ec;
-      if ((name == "old" && !empty_old) || name == "superseded") keeps = true;  // a dataset set aside
+      if (name == "superseded" || (name == "old" && set_aside)) keeps = true;  // a dataset set aside
       else rest.push_back(entry.path());
     }
     for (const fs::path& p : rest) fs::remove_all(p, ec);

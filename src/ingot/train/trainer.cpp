@@ -498,11 +498,12 @@ nlohmann::json load_resume_checkpoint(const std::string& dir, Context& ctx, Tran
     fail(state_file, ": key \"data\" (the data loader's cursor) must be an object");
   if (const std::string problem = data::DataLoader::malformed_state(state["data"]); !problem.empty())
     fail(state_file, ": key \"data\" (the data loader's cursor): ", problem, ": the checkpoint is damaged");
-  for (const char* key : {"recipe", "precision", "attention_plan", "attention_switches", "lr_scheduler_type", "config_source"})
+  for (const char* key : {"recipe", "precision", "attention_plan", "attention_switches", "config_source"})
     if (state.contains(key) && !state[key].is_string())
       fail(state_file, ": key \"", key, "\" must be a string, got ", io::json_brief(state[key]), ": the checkpoint is damaged");
-  // A compared setting of another kind (a string or a fraction where a step count belongs) was
-  // edited or damaged: named, where it used to show up only in a resume note.
+  // A compared setting of another kind (a string or a fraction where a step count belongs; a
+  // number for lr_scheduler_type) was edited or damaged: named, where it used to show up only in a
+  // resume note.
   for (const auto& [key, now] : compared.items()) {
     if (!state.contains(key)) continue;
     const nlohmann::json& was = state[key];
