@@ -335,6 +335,10 @@ TEST(ModelConfig, ErrorBadValues) {
   expect_parse_error(config_text("llama", {{"num_attention_heads", 3}, {"num_key_value_heads", 1}}),
                      {"hidden_size (64)", "num_attention_heads (3)", kSource});
   expect_parse_error("[1, 2]", {kSource, "object"});
+  // Positive, but its frequencies overflow a float: a NaN loss blamed on the data, before.
+  expect_parse_error(config_text("llama", {{"rope_theta", 1e-300}}), {"rope_theta", ">= 1", "1e-300", kSource});
+  expect_parse_error(config_text("llama", {{"rope_theta", 0.5}}), {"rope_theta", "0.5", kSource});
+  EXPECT_EQ(parse_model_config(config_text("llama", {{"rope_theta", 1.0}}), kSource).rope_theta, 1.0);
 }
 
 }  // namespace

@@ -1425,20 +1425,36 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
   EXPECT_NE(out.find("generation_config.json: eos_token_id 18446744073709551615 holds an id beyond any vocabulary"),
             std::string::npos) << out;
+  // An id the model cannot produce never stops generation; it was accepted without a word.
+  for (const std::string& ids : {"257", "[3, 99999]", "-5"}) {
+    write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": " + ids + "}");
+    EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out)) << ids;
+    EXPECT_NE(out.find(checkpoint + "/generation_config.json: eos_token_id holds "), std::string::npos) << out;
+    EXPECT_NE(out.find(", outside the vocabulary of 257 of " + checkpoint + "/config.json"), std::string::npos) << out;
+  }
+  write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": []}");  // none, as in config.json
+  ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 2", &out)) << out;
   fs::remove(checkpoint + "/generation_config.json");
   write_file(checkpoint + "/tokenizer.json", "not a tokenizer");
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
 
 // Non-finite logits stop generation with the reason; sampling from them printed arbitrary tokens
-// and exited 0 (a config.json with rope_theta 1e-300 passes the config's checks: it is positive).
+// and exited 0. Finite weights can still overflow: the final norm's weights here are 3e38.
 TEST_F(Training, GenerateRefusesNonFiniteLogits) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
   const std::string checkpoint = root + "/run/checkpoint-1";
-  nlohmann::json config = nlohmann::json::parse(read_file(checkpoint + "/config.json"));
-  config["rope_theta"] = 1e-300;
-  write_file(checkpoint + "/config.json", config.dump());
+  std::string weights = read_file(checkpoint + "/model.safetensors");
+  uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, weights.data(), sizeof header_bytes);
+  const nlohmann::json norm = nlohmann::json::parse(weights.substr(8, header_bytes))["model.norm.weight"];
+  ASSERT_EQ(norm["dtype"], "F32");
+  const size_t begin = 8 + header_bytes + norm["data_offsets"][0].get<size_t>();
+  const size_t end = 8 + header_bytes + norm["data_offsets"][1].get<size_t>();
+  const float huge = 3e38f;
+  for (size_t at = begin; at < end; at += sizeof huge) std::memcpy(weights.data() + at, &huge, sizeof huge);
+  write_file(checkpoint + "/model.safetensors", weights);
   EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 4 --temperature 0", &out));
   EXPECT_NE(out.find("the weights or config.json of " + checkpoint + " give non-finite values"), std::string::npos) << out;
   // The prompt printed so far ends its line; the error began on it ("the error: ...").

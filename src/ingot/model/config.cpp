@@ -250,7 +250,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (config.max_position_embeddings <= 0)
     fail("key \"max_position_embeddings\" in ", source, " must be > 0, got ", config.max_position_embeddings);
   if (!(config.rms_norm_eps > 0)) fail("key \"rms_norm_eps\" in ", source, " must be > 0, got ", config.rms_norm_eps);
-  if (!(config.rope_theta > 0)) fail("rope_theta in ", source, " must be > 0, got ", config.rope_theta);
+  // Below 1 the rotation frequencies grow past one radian a token, up to float overflow (1e-300
+  // trained to a NaN loss that blamed the data); no model uses such a base.
+  if (!(config.rope_theta >= 1 && std::isfinite(config.rope_theta)))
+    fail("rope_theta in ", source, " must be a finite number >= 1 (models use 10000 to 1e6 or more), got ",
+         config.rope_theta);
   if (!(config.initializer_range >= 0))
     fail("key \"initializer_range\" in ", source, " must be >= 0, got ", config.initializer_range);
   if (config.bos_token_id < -1 || config.bos_token_id >= config.vocab_size)

@@ -89,6 +89,11 @@ static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& 
       ids = eos.get<std::vector<int64_t>>();
     else if (!eos.is_null())
       fail(file, ": eos_token_id must be an integer or a list of integers, got ", io::json_brief(eos));
+    // An id the model cannot produce would never stop generation, as config.json's checks say there.
+    for (const int64_t id : ids)
+      if (id < -1 || id >= config.vocab_size)  // -1: none, as in config.json
+        fail(file, ": eos_token_id holds ", id, ", outside the vocabulary of ", config.vocab_size, " of ", dir,
+             "/config.json");
   }
   ids.push_back(tokenizer.eos_id());
   std::erase_if(ids, [](int64_t id) { return id < 0; });
