@@ -352,6 +352,12 @@ TEST_F(Training, AFileUnderACheckpointsNameIsRefusedAndKept) {
   EXPECT_NE(0, train(tiny_config(data, root + "/r", 3, 0), "r", "--overwrite", &out));
   EXPECT_EQ(read_file(root + "/r/checkpoint-3"), "precious");
   EXPECT_TRUE(fs::exists(root + "/r/checkpoint-2/model.safetensors"));
+  // A link to itself: --resume printed a raw "Too many levels of symbolic links".
+  fs::remove(root + "/r/checkpoint-3");
+  fs::create_symlink("checkpoint-3", root + "/r/checkpoint-3");
+  EXPECT_NE(0, train(tiny_config(data, root + "/r", 3, 0), "r", "--resume", &out));
+  EXPECT_NE(out.find("holds checkpoint-3, which is not a checkpoint folder"), std::string::npos) << out;
+  EXPECT_TRUE(fs::is_symlink(root + "/r/checkpoint-3"));
 }
 
 // A killed prepare leaves its .prepare-<pid> folder: partial shards (removed by the next prepare

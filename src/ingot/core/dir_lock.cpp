@@ -68,10 +68,13 @@ int64_t checkpoint_step(const std::string& name) {
 
 std::vector<std::string> list_checkpoints(const std::string& output_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
-  if (fs::is_directory(output_dir))
+  std::error_code ec;
+  if (fs::is_directory(output_dir, ec))
     for (const auto& entry : fs::directory_iterator(output_dir)) {
       const int64_t step = checkpoint_step(entry.path().filename().string());
-      if (step >= 0 && entry.is_directory()) found.emplace_back(step, entry.path().string());
+      // A link loop under a checkpoint's name is no folder (is_directory without ec threw a raw
+      // filesystem error); the trainer refuses such an entry by name.
+      if (step >= 0 && entry.is_directory(ec)) found.emplace_back(step, entry.path().string());
     }
   std::sort(found.begin(), found.end());
   std::vector<std::string> dirs;
