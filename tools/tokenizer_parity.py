@@ -8,6 +8,7 @@ Writes into --out:
         qwen2   NFC + Split(Qwen2 regex, Isolated) + ByteLevel(use_regex=False)
         gpt2    ByteLevel(use_regex=True), merges saved in the legacy "a b" string form
         gpt2_prefix  ByteLevel(add_prefix_space=True, use_regex=True)
+        split_edges  Splits on ^/$ anchors, empty matches, \b, \h, "" + ByteLevel(use_regex=False)
   parity.json  {"tokenizers_version", "configs": [{"name", "path", "eos_id", "cases":
       [{"text", "ids", "decoded", "decoded_skip"}]}]}
 With --qwen3 DIR (a folder holding the real tokenizer.json), the same corpus is encoded with it too.
@@ -19,6 +20,7 @@ import json
 import os
 import random
 import sys
+import unicodedata
 
 import tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -80,6 +82,10 @@ HAND_CASES = [
     "$$ \\frac{a}{b} = \\sum_{i=0}^{n} x_i^2 $$",
     "!!!??? ... --- *** ### @@@ ~~~ ``` ''' \"\"\"",
     "Ελληνικά κείμενα και Русский текст и עברית ועברית وعربي हिन्दी ไทย",
+    # Oniguruma's \w takes marks, connector punctuation, circled letters, Roman numerals and ² ½.
+    "e\u0301x a\u203fb a_b x\u00b2y \u00bd \u24b6b \u2167x 12\u0663 deadBEEF 0x1F g\u200dh",
+    "  indented line  \n    second   \n\tthird\n  \n",
+    "123456 1234567 12 1234,5678 99999999",
 ]
 
 
@@ -111,8 +117,16 @@ def random_cases(n, seed):
     return cases
 
 
+def every_character():
+    """Each character Unicode 3.2 assigned (stable across the engines' Unicode versions) once, between
+    spaces: the split_edges config's word boundaries show how both engines class each one."""
+    chars = [chr(c) for c in range(0x20, 0x30000)
+             if not 0xD800 <= c <= 0xDFFF and unicodedata.ucd_3_2_0.category(chr(c)) != "Cn"]
+    return " ".join(chars)
+
+
 def corpus_cases():
-    cases = list(HAND_CASES) + CODE
+    cases = list(HAND_CASES) + CODE + [every_character()]
     cases += random_cases(400, seed=1234)
     cases.append("\n\n".join(random_cases(30, seed=99)))  # one long document
     return cases
@@ -223,6 +237,22 @@ def main():
     gpt2p = train("gpt2_prefix", args.out, pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), None,
                   False, ["<|endoftext|>"], [])
     configs.append(expected("gpt2_prefix", gpt2p, cases))
+    # Split patterns whose meaning differs between Oniguruma and a plain PCRE2 reading: ^ and $ at
+    # every line, empty matches that cut the text, \b (so \w), \h (a hex digit, in a class), and a
+    # String pattern "" (no split). Removing each piece's first character makes every cut show in
+    # the ids, where BPE alone would often give the same tokens either way.
+    split_edges = train(
+        "split_edges", args.out,
+        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"^ +"), behavior="removed"),
+                                 pre_tokenizers.Split(Regex(r" +$"), behavior="removed"),
+                                 pre_tokenizers.Split(Regex(r"(?=(\d{3})+(?!\d))"), behavior="isolated"),
+                                 pre_tokenizers.Split(Regex(r"\b"), behavior="isolated"),
+                                 pre_tokenizers.Split(Regex(r"\A."), behavior="removed"),
+                                 pre_tokenizers.Split(Regex(r"[\h]{2}"), behavior="removed"),
+                                 pre_tokenizers.Split("", behavior="removed", invert=False),
+                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        None, False, ["<|endoftext|>"], [])
+    configs.append(expected("split_edges", split_edges, cases))
     with open(os.path.join(args.out, "parity.json"), "w", encoding="utf-8") as f:
         json.dump({"tokenizers_version": tokenizers.__version__, "configs": configs}, f, ensure_ascii=False)
     print("wrote %d configs x %d cases to %s" % (len(configs), len(cases), args.out))

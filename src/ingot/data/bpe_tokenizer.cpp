@@ -8,6 +8,7 @@
 #include "ingot/data/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <array>
 #include <atomic>
 #include <exception>
@@ -50,23 +51,50 @@ struct StringHash {
 };
 using StringMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
-// Oniguruma's \s (what `tokenizers` runs) is U+0009..U+000D, U+0085 and General_Category Z*;
-// PCRE2's also takes U+180E. Spell it out so both engines agree.
-constexpr std::string_view kSpaceClassBody = "\\t-\\r\\x{85}\\p{Z}";
+// A pattern as errors quote it: a regex of a megabyte was echoed whole.
+std::string brief_pattern(const std::string& pattern) {
+  constexpr size_t kShown = 200;
+  if (pattern.size() <= kShown) return pattern;
+  size_t cut = kShown;
+  while (cut > 0 && (static_cast<uint8_t>(pattern[cut]) & 0xC0) == 0x80) --cut;  // not inside a character
+  return pattern.substr(0, cut) + "... (" + std::to_string(pattern.size()) + " bytes)";
+}
 
-std::string onig_to_pcre2(const std::string& pattern) {
+// `tokenizers` runs Oniguruma (Ruby syntax); Ingot runs PCRE2. Their shorthand classes differ, so
+// each is spelled out as Oniguruma has it:
+// - \s: U+0009..U+000D, U+0085 and General_Category Z* (PCRE2's also takes U+180E);
+// - \w: Alphabetic, marks, decimal digits and connector punctuation, and in Latin-1 the digits
+//   ² ³ ¹ ¼ ½ ¾ (PCRE2 10.42's is letters, numbers and '_': it split "e\u0301" and "a‿b");
+// - \b, \B: boundaries of that \w;
+// - \h: a hex digit (PCRE2's is horizontal space).
+constexpr std::string_view kSpaceClassBody = "\\t-\\r\\x{85}\\p{Z}";
+constexpr std::string_view kWordClassBody = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
+constexpr std::string_view kHexClassBody = "0-9A-Fa-f";
+
+// An Oniguruma pattern as PCRE2 reads it the same way; `where` names it in errors.
+std::string onig_to_pcre2(const std::string& pattern, const std::string& where) {
+  const std::string word = "[" + std::string(kWordClassBody) + "]";
   std::string out;
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[i + 1];
-      if (e == 's') {
-        if (in_class) out += kSpaceClassBody;
-        else out += "[" + std::string(kSpaceClassBody) + "]";
-      } else if (e == 'S' && !in_class) {
-        out += "[^" + std::string(kSpaceClassBody) + "]";
-      } else {
+      auto shorthand = [&](std::string_view body, bool negated) {
+        if (in_class && negated)  // [^...] cannot nest inside a PCRE2 class
+          fail(where, ": regex \"", brief_pattern(pattern), "\" uses \\", e,
+               " inside a character class, which Ingot cannot translate for PCRE2");
+        out += in_class ? std::string(body) : (negated ? "[^" : "[") + std::string(body) + "]";
+      };
+      if (e == 's') shorthand(kSpaceClassBody, false);
+      else if (e == 'S' && !in_class) shorthand(kSpaceClassBody, true);
+      else if (e == 'w') shorthand(kWordClassBody, false);
+      else if (e == 'W') shorthand(kWordClassBody, true);
+      else if (e == 'h') shorthand(kHexClassBody, false);
+      else if (e == 'H') shorthand(kHexClassBody, true);
+      else if (e == 'b' && !in_class) out += "(?:(?<=" + word + ")(?!" + word + ")|(?<!" + word + ")(?=" + word + "))";
+      else if (e == 'B' && !in_class) out += "(?:(?<=" + word + ")(?=" + word + ")|(?<!" + word + ")(?!" + word + "))";
+      else {
         out += c;
         out += e;
       }
@@ -101,14 +129,21 @@ std::unique_ptr<Regex> compile_regex(const std::string& pattern, bool literal, c
   auto regex = std::make_unique<Regex>();
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  const std::string translated = literal ? pattern : onig_to_pcre2(pattern);
-  const uint32_t options = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
+  const std::string translated = literal ? pattern : onig_to_pcre2(pattern, where);
+  // Ruby syntax anchors ^ and $ at every line (after and before "\n" alone), as PCRE2's multiline
+  // mode with LF newlines does.
+  const uint32_t options = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE);
+  pcre2_compile_context* context = pcre2_compile_context_create(nullptr);
+  pcre2_set_newline(context, PCRE2_NEWLINE_LF);
   regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                              options, &error_code, &error_offset, nullptr);
+                              options, &error_code, &error_offset, context);
+  pcre2_compile_context_free(context);
   if (!regex->code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error_code, message, sizeof(message));
-    fail(where, ": cannot compile regex \"", pattern, "\" at offset ", error_offset, ": ",
+    // The offset is into the translated pattern where a shorthand class was spelled out.
+    fail(where, ": cannot compile regex \"", brief_pattern(pattern), "\"", translated == pattern ? " at offset " : "",
+         translated == pattern ? std::to_string(error_offset) : std::string(), ": ",
          reinterpret_cast<const char*>(message));
   }
   pcre2_jit_compile(regex->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
@@ -317,7 +352,10 @@ void load_pre_tokenizer(BpeTokenizerImpl& t, const json& node) {
     if (pattern.contains("Regex")) {
       t.regexes.push_back(compile_regex(pattern["Regex"].get<std::string>(), false, where));
     } else if (pattern.contains("String")) {
-      t.regexes.push_back(compile_regex(pattern["String"].get<std::string>(), true, where));
+      // `tokenizers` splits nothing at an empty string (as a regex, it would match between every
+      // two characters).
+      const std::string literal = pattern["String"].get<std::string>();
+      t.regexes.push_back(literal.empty() ? compile_regex("(*FAIL)", false, where) : compile_regex(literal, true, where));
     } else {
       fail(where, ": unsupported pattern ", pattern.dump());
     }
@@ -433,6 +471,11 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     load_normalizer(*t, root.value("normalizer", json()));
     reading = "pre_tokenizer";
     load_pre_tokenizer(*t, root["pre_tokenizer"]);
+    // Each step is a level of recursion when encoding: 20000 of them overflowed the stack.
+    constexpr size_t kMaxPreTokenizerSteps = 64;
+    if (t->steps.size() > kMaxPreTokenizerSteps)
+      fail(t->path, ": unsupported pre_tokenizer: ", t->steps.size(), " steps, where Ingot takes at most ",
+           kMaxPreTokenizerSteps, " (real tokenizers have two or three)");
     if (t->steps.empty() || !t->steps.back().byte_level)
       fail(t->path, ": unsupported pre_tokenizer ", root["pre_tokenizer"].dump().substr(0, 200),
            " (the last step must be ByteLevel)");
@@ -468,9 +511,11 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
     auto checked_id = [&](const json& id_json, const char* where, const std::string& token) {
       if (!id_json.is_number_integer())
         fail(t->path, ": ", where, " id of token \"", token, "\" must be an integer, got ", id_json.dump());
+      // As written: an id past int64 read back as -1.
+      if (id_json.is_number_unsigned() ? id_json.get<uint64_t>() > uint64_t(kMaxTokenId)
+                                       : (id_json.get<int64_t>() < 0 || id_json.get<int64_t>() > kMaxTokenId))
+        fail(t->path, ": ", where, " id ", id_json.dump(), " of token \"", token, "\" is outside [0, ", kMaxTokenId, "]");
       const int64_t id = id_json.get<int64_t>();
-      if (id < 0 || id > kMaxTokenId)
-        fail(t->path, ": ", where, " id ", id, " of token \"", token, "\" is outside [0, ", kMaxTokenId, "]");
       return static_cast<int32_t>(id);
     };
     int64_t max_id = -1;
@@ -712,11 +757,14 @@ void BpeTokenizerImpl::pre_tokenize(std::string_view piece, size_t step_index, T
   }
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(piece.data());
   const size_t n = piece.size();
-  size_t offset = 0, prev = 0;
   const bool keep_matches = !(step.behavior == SplitBehavior::removed && !step.invert);
   const bool keep_gaps = !(step.behavior == SplitBehavior::removed && step.invert);
-  while (offset < n) {
-    const int rc = pcre2_match(step.regex->code, subject, n, offset, PCRE2_NO_UTF_CHECK, ts.match_data,
+  // Matches as the `onig` crate's find_iter yields them to `tokenizers`: an empty match counts
+  // (it cuts the text there: "(?=(\d{3})+(?!\d))" groups digits by threes), except one where the
+  // previous match ended, which moves the search on by a character.
+  size_t search_from = 0, prev = 0, last_match_end = SIZE_MAX;
+  while (search_from <= n) {
+    const int rc = pcre2_match(step.regex->code, subject, n, search_from, PCRE2_NO_UTF_CHECK, ts.match_data,
                                ts.match_context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
@@ -726,14 +774,15 @@ void BpeTokenizerImpl::pre_tokenize(std::string_view piece, size_t step_index, T
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(ts.match_data);
     const size_t start = ovector[0], end = ovector[1];
-    if (end == start) {  // empty match: yields an empty piece, which `tokenizers` drops
-      offset = end + 1;
-      while (offset < n && (static_cast<uint8_t>(piece[offset]) & 0xC0) == 0x80) ++offset;
+    if (start == end && end == last_match_end) {
+      ++search_from;
+      while (search_from < n && (static_cast<uint8_t>(piece[search_from]) & 0xC0) == 0x80) ++search_from;
       continue;
     }
+    search_from = last_match_end = end;
     if (start > prev && keep_gaps) pre_tokenize(piece.substr(prev, start - prev), step_index + 1, ts, out);
     if (keep_matches) pre_tokenize(piece.substr(start, end - start), step_index + 1, ts, out);
-    prev = offset = end;
+    prev = end;
   }
   if (prev < n && keep_gaps) pre_tokenize(piece.substr(prev), step_index + 1, ts, out);
 }
