@@ -407,6 +407,29 @@ TEST_F(SafeTensorsBadInput, DuplicateAcrossShards) {
   expect_open_error(dir, {"\"w\"", "s1.safetensors", "s2.safetensors", "two shards"});
 }
 
+// "s1.safetensors" and "./s1.safetensors" are one shard: they were read as two, both holding "w".
+TEST_F(SafeTensorsBadInput, OneShardSpelledTwoWaysIsOneShard) {
+  const std::string dir = path("spelled");
+  fs::create_directories(dir);
+  write_raw(dir + "/s1.safetensors", R"({"w":)" + good_entry() + R"(,"v":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+            std::string(12, '\0'));
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors","v":"./s1.safetensors"}})");
+  EXPECT_EQ(SafeTensorsReader::open(dir).names().size(), 2u);
+}
+
+// A link whose target is gone (a Hugging Face cache snapshot whose blob was deleted) is named as
+// one; the folder was said to hold neither file.
+TEST_F(SafeTensorsBadInput, DanglingLinkIsNamed) {
+  const std::string dir = path("dangling");
+  fs::create_directories(dir);
+  fs::create_symlink(path("gone.safetensors"), dir + "/model.safetensors");
+  expect_open_error(dir, {dir + "/model.safetensors", "symbolic link to", "gone.safetensors", "does not exist"});
+  fs::remove(dir + "/model.safetensors");
+  write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors"}})");
+  fs::create_symlink(path("gone.safetensors"), dir + "/s1.safetensors");
+  expect_open_error(dir, {"s1.safetensors", "symbolic link to", "gone.safetensors", "does not exist"});
+}
+
 TEST_F(SafeTensorsBadInput, IndexNamesMissingShard) {
   const std::string dir = path("missing_shard");
   fs::create_directories(dir);

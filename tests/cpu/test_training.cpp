@@ -1194,6 +1194,45 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   }
 }
 
+// A finite f64 weight beyond f32's range is named as such (it was called inf or nan, which the file
+// does not hold), and a scalar where a vector belongs is printed "()" (it was ")").
+TEST_F(Training, WeightsBeyondF32OrOfNoShapeAreNamedAsSuch) {
+  const std::string fixture = ingot::test::source_dir() + "/tests/fixtures/llama";
+  const auto reader = ingot::io::SafeTensorsReader::open(fixture + "/model.safetensors");
+  // root/NAME: the fixture with model.norm.weight stored as f64 of `shape`, every value `value`.
+  auto model_with_norm = [&](const std::string& name, std::vector<int64_t> shape, double value) {
+    const std::string dir = root + "/" + name;
+    fs::create_directories(dir);
+    fs::copy_file(fixture + "/config.json", dir + "/config.json");
+    std::vector<std::vector<double>> buffers;
+    buffers.reserve(reader.names().size());
+    std::vector<ingot::io::TensorToWrite> tensors;
+    for (const std::string& tensor_name : reader.names()) {
+      const bool norm = tensor_name == "model.norm.weight";
+      const std::vector<int64_t> dims = norm ? shape : reader.get(tensor_name).shape;
+      ingot::Tensor t;
+      t.dtype = ingot::DType::f64;
+      for (const int64_t d : dims) t.shape[t.ndim++] = d;
+      buffers.emplace_back(static_cast<size_t>(t.numel()), value);
+      t.data = buffers.back().data();
+      if (!norm) reader.read_into(tensor_name, t);
+      tensors.push_back({tensor_name, t, norm ? ingot::DType::f64 : ingot::DType::f32});
+    }
+    ingot::io::write_safetensors(dir + "/model.safetensors", tensors);
+    return dir;
+  };
+  std::string out;
+  const std::string huge = model_with_norm("huge_norm", {64}, 1e300);
+  EXPECT_NE(0, run_command(cli() + " export " + huge + " " + root + "/out", &out));
+  EXPECT_NE(out.find("tensor \"model.norm.weight\" in " + huge + "/model.safetensors holds a non-finite value (inf or "
+                     "nan) or one beyond the range of f32, which the f64 weights are read into, at element 0"),
+            std::string::npos) << out;
+  const std::string scalar = model_with_norm("scalar_norm", {}, 1.0);
+  EXPECT_NE(0, run_command(cli() + " export " + scalar + " " + root + "/out", &out));
+  EXPECT_NE(out.find("tensor \"model.norm.weight\" in " + scalar + "/model.safetensors has shape () but config.json"),
+            std::string::npos) << out;
+}
+
 // Starting weights near the float range (an embedding of +-3e38) give a finite loss and a NaN
 // gradient norm: named at that step, with the weights to blame; the update went ahead, and the next
 // step's NaN loss was blamed on the learning rate.
@@ -2079,6 +2118,11 @@ TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
     ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf" + vocab + " --prompt the --max-new-tokens 2", &out)) << out;
     EXPECT_EQ(out.find("warning"), std::string::npos) << "an export of a byte-level model\n" << out;
   }
+  // A tokenizer larger than the model's vocabulary is named by its file (it was "tokenizer bpe").
+  const std::string larger = ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json";
+  EXPECT_NE(0, run_command(cli() + " generate " + root + "/hf257 --tokenizer " + larger + " --prompt the", &out));
+  EXPECT_NE(out.find("error: tokenizer " + larger + " has 515 ids but the model's vocab_size is 257 (" + root +
+                     "/hf257/config.json); give the model's own tokenizer with --tokenizer"), std::string::npos) << out;
 }
 
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {

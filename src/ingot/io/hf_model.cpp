@@ -83,8 +83,8 @@ void check_hf_weights(const std::string& path, const std::vector<ParamEntry>& en
       if (e.shape.size() > 1) expected.push_back(e.shape[1]);
       const SafeTensorInfo& info = reader.get(piece.hf_name);
       auto dims = [](const std::vector<int64_t>& shape) {
-        std::string text;
-        for (const int64_t d : shape) text += (text.empty() ? "(" : ",") + std::to_string(d);
+        std::string text = "(";  // "()" for a scalar
+        for (const int64_t d : shape) text += (text.size() > 1 ? "," : "") + std::to_string(d);
         return text + ")";
       };
       if (info.shape != expected)
@@ -114,8 +114,15 @@ void load_hf_weights(Context& ctx, const std::string& path, const std::vector<Pa
         fail("missing tensor \"", piece.hf_name, "\" in ", path, " (needed by config.json's architecture)");
       reader.read_into(piece.hf_name, rows);
       // A model that holds inf or nan trains to nan and samples garbage: refuse it by name.
-      if (const int64_t bad = first_invalid_element(rows); bad >= 0)
-        fail("tensor \"", piece.hf_name, "\" in ", path, " holds a non-finite value (inf or nan) at element ", bad);
+      if (const int64_t bad = first_invalid_element(rows); bad >= 0) {
+        const SafeTensorInfo& stored_as = reader.get(piece.hf_name);
+        const DType stored = stored_as.dtype;
+        // A finite f64 of 1e300 becomes inf in f32: say so, where "non-finite" misread the file.
+        fail("tensor \"", piece.hf_name, "\" in ", stored_as.file, " holds a non-finite value (inf or nan)",
+             stored != rows.dtype ? " or one beyond the range of " + std::string(dtype_name(rows.dtype)) + ", which the " +
+                                        std::string(dtype_name(stored)) + " weights are read into," : std::string(),
+             " at element ", bad);
+      }
     }
     copy_from_host(ctx, device_view, host.data());
   }

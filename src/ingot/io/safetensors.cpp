@@ -478,8 +478,12 @@ struct SafeTensorsReader::Impl {
           std::find(relative.begin(), relative.end(), fs::path("..")) != relative.end())
         fail("safetensors index ", index_path, ": weight_map entry for tensor \"", name, "\" names shard \"",
              relative.string(), "\", which lies outside the model's folder ", dir.string());
-      const std::string shard_path = (dir / relative).string();
+      // Normal form: "b.safetensors" and "./b.safetensors" are one shard, not two holding the same tensors.
+      const std::string shard_path = (dir / relative).lexically_normal().string();
       std::error_code ec;
+      if (fs::is_symlink(fs::symlink_status(shard_path, ec)) && !fs::exists(shard_path, ec))
+        fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name,
+             "\"), a symbolic link to ", fs::read_symlink(shard_path, ec).string(), ", which does not exist");
       if (!fs::exists(shard_path, ec))
         fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name,
              "\"), which does not exist");
@@ -512,9 +516,18 @@ SafeTensorsReader SafeTensorsReader::open(const std::string& path) {
   if (fs::is_directory(status)) {
     // Same precedence as transformers: a single model.safetensors wins over an index.
     const fs::path single = fs::path(path) / kSingleFileName, index = fs::path(path) / kIndexFileName;
-    if (fs::exists(single, ec)) impl.add_file(single.string());
-    else if (fs::exists(index, ec)) impl.open_index(index.string());
-    else fail("directory ", path, " holds neither ", kSingleFileName, " nor ", kIndexFileName);
+    // A link whose target is gone (a Hugging Face cache's snapshot links into blobs/) is named as such:
+    // "holds neither" sent the user looking for a file that is there.
+    if (fs::exists(single, ec)) {
+      impl.add_file(single.string());
+    } else if (fs::exists(index, ec)) {
+      impl.open_index(index.string());
+    } else {
+      for (const fs::path& file : {single, index})
+        if (fs::is_symlink(fs::symlink_status(file, ec)))
+          fail(file.string(), " is a symbolic link to ", fs::read_symlink(file, ec).string(), ", which does not exist");
+      fail("directory ", path, " holds neither ", kSingleFileName, " nor ", kIndexFileName);
+    }
   } else if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
     impl.open_index(path);
   } else {

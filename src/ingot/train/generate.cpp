@@ -108,8 +108,16 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   const std::string dir = resolve_model_dir(o.model_dir);
   const ModelConfig config = load_model_config(dir);
   const auto tokenizer = load_tokenizer(dir, o.tokenizer);
-  INGOT_CHECK(tokenizer->vocab_size() <= config.vocab_size, "tokenizer ", tokenizer->name(), " has ",
-              tokenizer->vocab_size(), " ids but the model's vocab_size is ", config.vocab_size);
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    // Which tokenizer: the message said only "bpe" or "byte".
+    const fs::path own = fs::path(dir) / "tokenizer.json";
+    const std::string which = o.tokenizer == "byte" ? "byte (--tokenizer byte)"
+                              : !o.tokenizer.empty() ? o.tokenizer
+                              : fs::exists(own)      ? own.string()
+                                                     : "byte (" + dir + " has no tokenizer.json)";
+    fail("tokenizer ", which, " has ", tokenizer->vocab_size(), " ids but the model's vocab_size is ", config.vocab_size,
+         " (", dir, "/config.json); give the model's own tokenizer with --tokenizer");
+  }
   // Bytes by default where the folder has no tokenizer.json: right for Ingot's byte-level models
   // (their checkpoints, trainer_state.json beside them, and their exports, whose end of text is the
   // byte tokenizer's 256, may pad the vocabulary), garbage for a model whose tokenizer files were
