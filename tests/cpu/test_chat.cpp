@@ -120,6 +120,30 @@ TEST(Chat, ChatmlDefaultSystemMatchesTransformers) {
 
 // transformers >= 4.49 saves the template in chat_template.jinja beside a tokenizer_config.json
 // without one ("has no chat_template" before).
+// A non-special added token of Latin-1 letters stands for its text in the mask alignment: "héllo"
+// was spelled h, 0xE9, l, l, o through the byte-level table, and the chat was refused as if the
+// normalizer had changed it (a fuzzing review, 2026-12-02).
+TEST(Chat, AddedTokenOfLatin1LettersAlignsWithItsText) {
+  const std::string dir = test::temp_dir("chat_added_latin1");
+  nlohmann::json tokenizer = read_json(fixtures() + "/chatml_tokenizer/tokenizer.json");
+  const BpeTokenizer original = BpeTokenizer::from_file(fixtures() + "/chatml_tokenizer");
+  const int32_t id = static_cast<int32_t>(original.vocab_size());
+  tokenizer["added_tokens"].push_back({{"id", id}, {"content", "h\u00e9llo"}, {"single_word", false}, {"lstrip", false},
+                                        {"rstrip", false}, {"normalized", false}, {"special", false}});
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  fs::copy_file(fixtures() + "/chatml_tokenizer/tokenizer_config.json", dir + "/tokenizer_config.json");
+  const BpeTokenizer tok = BpeTokenizer::from_file(dir);
+  const ChatFormat format = load_chat_format(dir);
+  const std::vector<ChatMessage> messages = chat_messages_from_json(nlohmann::json::parse(
+      R"([{"role": "user", "content": "say h\u00e9llo"}, {"role": "assistant", "content": "h\u00e9llo there"}])"));
+  const TokenizedChat out = tokenize_chat(format, tok, messages, false);
+  EXPECT_EQ(std::count(out.tokens.begin(), out.tokens.end(), id), 2);
+  std::string trained;
+  for (size_t i = 0; i < out.tokens.size(); ++i)
+    if (out.loss_mask[i]) trained += token_bytes(tok, out.tokens[i]);
+  EXPECT_EQ(trained, "h\u00e9llo there<|im_end|>");
+}
+
 TEST(Chat, TemplateFromChatTemplateJinja) {
   const std::string dir = test::temp_dir("chat_jinja");
   nlohmann::json config = read_json(fixtures() + "/llama3_tokenizer/tokenizer_config.json");

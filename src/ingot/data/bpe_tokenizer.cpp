@@ -287,6 +287,7 @@ struct BpeTokenizerImpl {
   std::vector<std::unique_ptr<Regex>> regexes;
   std::vector<PreTokenizerStep> steps;
   std::vector<AddedToken> added_tokens;
+  std::unordered_map<int32_t, std::string> added_token_text;  // id -> text as matched
   Trie raw_trie, normalized_trie;  // added tokens with normalized=false / true
   bool encode_special_tokens = false;
   std::unique_ptr<Regex> word_char;  // Rust's char::is_alphanumeric || '_' (single_word)
@@ -601,8 +602,10 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
       t->id_is_special[token.id] = token.special;
       t->token_to_id[token.content] = token.id;
       const int32_t index = static_cast<int32_t>(t->added_tokens.size());
-      if (token.normalized) t->normalized_trie.insert(t->nfc ? nfc_normalize(token.content) : token.content, index);
-      else t->raw_trie.insert(token.content, index);
+      const std::string matched = token.normalized && t->nfc ? nfc_normalize(token.content) : token.content;
+      if (token.normalized) t->normalized_trie.insert(matched, index);
+      else t->raw_trie.insert(matched, index);
+      t->added_token_text[token.id] = matched;
       t->added_tokens.push_back(std::move(token));
     }
     t->word_char = compile_regex("[\\p{Alphabetic}\\p{N}_]", false, t->path);
@@ -962,6 +965,11 @@ const std::string& BpeTokenizer::id_to_token(int32_t id) const {
 
 bool BpeTokenizer::is_special(int32_t id) const {
   return id >= 0 && id < impl_->vocab_size && impl_->id_is_special[id];
+}
+
+const std::string* BpeTokenizer::added_token_text(int32_t id) const {
+  const auto it = impl_->added_token_text.find(id);
+  return it == impl_->added_token_text.end() ? nullptr : &it->second;
 }
 
 void BpeTokenizer::set_encode_special_tokens(bool value) { impl_->encode_special_tokens = value; }

@@ -62,6 +62,9 @@ class BpeTokenizer : public Tokenizer {
   // The tokenizer.json string of an id; throws ingot::Error outside [0, vocab_size()).
   const std::string& id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The text an added token (special or not) stands for where encode() found it: its content,
+  // NFC'd for a normalized one under an NFC normalizer; null for a vocab token.
+  const std::string* added_token_text(int32_t id) const;
   // When true, special added tokens in the text are not matched but encoded as plain text
   // (`tokenizers`' encode_special_tokens). Default false, as in `tokenizers`.
   void set_encode_special_tokens(bool value);

@@ -189,17 +189,19 @@ const std::array<int16_t, 324>& byte_level_decoder() {
 }
 
 void append_token_bytes(const BpeTokenizer& tokenizer, int32_t id, std::string* out) {
-  const std::string& s = tokenizer.id_to_token(id);
-  if (tokenizer.is_special(id)) {
-    *out += s;
+  // An added token stands for its text, whatever bytes its characters would name in the byte-level
+  // table: a non-special "héllo" was spelled h, 0xE9, l, l, o and failed the alignment.
+  if (const std::string* text = tokenizer.added_token_text(id)) {
+    *out += *text;
     return;
   }
+  const std::string& s = tokenizer.id_to_token(id);
   const auto& decoder = byte_level_decoder();
   const size_t mark = out->size();
   size_t pos = 0;
   while (pos < s.size()) {
     const char32_t c = utf8_next(s, &pos);
-    if (c >= decoder.size() || decoder[c] < 0) {  // an added token's literal text
+    if (c >= decoder.size() || decoder[c] < 0) {  // a character outside the table: the token spells itself, as the decoder has it
       out->resize(mark);
       *out += s;
       return;
