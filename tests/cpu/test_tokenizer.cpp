@@ -370,9 +370,17 @@ TEST(BpeTokenizer, MergesAsStringsOrPairsAndUnknownBytesDropped) {
     EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{2, 2}));
     EXPECT_EQ(tok.encode("ab ba"), (std::vector<int32_t>{2, 3, 1, 0}));
     EXPECT_EQ(tok.encode("xyz"), std::vector<int32_t>{});  // no byte tokens, no unk: dropped
+    // Every byte but 'a', 'b' and the space (Ġ) is dropped; prepare warns of them by this list.
+    const std::vector<uint8_t> dropped = tok.dropped_bytes();
+    EXPECT_EQ(dropped.size(), 253u);
+    EXPECT_EQ(std::count(dropped.begin(), dropped.end(), uint8_t('a')) + std::count(dropped.begin(), dropped.end(), uint8_t(' ')), 0);
     EXPECT_EQ(tok.eos_id(), -1);
     EXPECT_EQ(tok.name(), "bpe");
   }
+  // With an unk_token, such bytes become it: nothing is dropped.
+  const BpeTokenizer with_unk = BpeTokenizer::from_file(write_tokenizer(dir, [](json& r) { r["model"]["unk_token"] = "b"; }));
+  EXPECT_EQ(with_unk.encode("x"), std::vector<int32_t>{1});
+  EXPECT_TRUE(with_unk.dropped_bytes().empty());
 }
 
 TEST(BpeTokenizer, SplitRemovedAndStringPatterns) {

@@ -408,6 +408,20 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   else tokenizer = std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(tokenizer_path));
   if (!tokenizer_path.empty() && tokenizer_path != "byte")
     options.tokenizer_file = fs::is_directory(tokenizer_path) ? (fs::path(tokenizer_path) / "tokenizer.json").string() : tokenizer_path;
+  // Text loses such bytes without a word otherwise (the dataset still matches `tokenizers`).
+  if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(tokenizer.get())) {
+    if (const std::vector<uint8_t> dropped = bpe->dropped_bytes(); !dropped.empty()) {
+      std::string listed;
+      for (size_t i = 0; i < std::min<size_t>(dropped.size(), 8); ++i) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02X", dropped[i]);
+        listed += (i ? ", " : "") + std::string(hex);
+      }
+      std::cerr << "warning: " << options.tokenizer_file << " has no token for " << dropped.size()
+                << " of the 256 bytes (" << listed << (dropped.size() > 8 ? ", ..." : "")
+                << ") and no unk_token: text holding them loses them, as Hugging Face tokenizers drops them\n";
+    }
+  }
   data::prepare_dataset(options, *tokenizer);  // logs its own report
   return 0;
 }

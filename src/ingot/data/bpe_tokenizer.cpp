@@ -967,6 +967,14 @@ bool BpeTokenizer::is_special(int32_t id) const {
   return id >= 0 && id < impl_->vocab_size && impl_->id_is_special[id];
 }
 
+std::vector<uint8_t> BpeTokenizer::dropped_bytes() const {
+  std::vector<uint8_t> dropped;
+  if (impl_->unk_id >= 0) return dropped;
+  for (int b = 0; b < 256; ++b)
+    if (impl_->byte_id[b] < 0) dropped.push_back(static_cast<uint8_t>(b));
+  return dropped;
+}
+
 const std::string* BpeTokenizer::added_token_text(int32_t id) const {
   const auto it = impl_->added_token_text.find(id);
   return it == impl_->added_token_text.end() ? nullptr : &it->second;

@@ -65,6 +65,9 @@ class BpeTokenizer : public Tokenizer {
   // The text an added token (special or not) stands for where encode() found it: its content,
   // NFC'd for a normalized one under an NFC normalizer; null for a vocab token.
   const std::string* added_token_text(int32_t id) const;
+  // Bytes encode() drops, as `tokenizers` does: those with no single-byte token, when there is no
+  // unk_token to stand for them. Empty for every real byte-level tokenizer.
+  std::vector<uint8_t> dropped_bytes() const;
   // When true, special added tokens in the text are not matched but encoded as plain text
   // (`tokenizers`' encode_special_tokens). Default false, as in `tokenizers`.
   void set_encode_special_tokens(bool value);
