@@ -8,9 +8,9 @@
 #include "ingot/data/bpe_tokenizer.h"
 
 #include <algorithm>
-#include <cstdint>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>

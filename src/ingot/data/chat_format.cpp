@@ -201,7 +201,8 @@ void append_token_bytes(const BpeTokenizer& tokenizer, int32_t id, std::string* 
   size_t pos = 0;
   while (pos < s.size()) {
     const char32_t c = utf8_next(s, &pos);
-    if (c >= decoder.size() || decoder[c] < 0) {  // a character outside the table: the token spells itself, as the decoder has it
+    // A character outside the table: the token stands for its own text, as the decoder has it.
+    if (c >= decoder.size() || decoder[c] < 0) {
       out->resize(mark);
       *out += s;
       return;
