@@ -24,6 +24,7 @@
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/data/prepare.h"
 #include "ingot/io/hf_model.h"
+#include "ingot/io/json_util.h"
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/train/bench.h"
@@ -372,18 +373,19 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   }
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
-  const std::vector<std::string> companions = model_companion_files(dir);  // checked before anything is written
+  const std::vector<CompanionFile> companions = model_companion_files(dir);  // checked before anything is written
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
-    for (const std::string& file : companions) fs::copy_file(file, folder / fs::path(file).filename());
+    for (const CompanionFile& file : companions)
+      io::write_file_atomically((folder / fs::path(file.path).filename()).string(), file.bytes);
   };
   // A companion file this export does not write stays (it may be the user's); but one an earlier
   // export wrote would pair another model's tokenizer or chat template with these weights.
   std::vector<std::string> kept;
   if (fs::is_directory(target))
     for (const char* name : kModelCompanionFiles)
-      if (fs::exists(target / name) && std::none_of(companions.begin(), companions.end(), [&](const std::string& file) {
-            return fs::path(file).filename() == name;
+      if (fs::exists(target / name) && std::none_of(companions.begin(), companions.end(), [&](const CompanionFile& file) {
+            return fs::path(file.path).filename() == name;
           }))
         kept.push_back((target / name).string());
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);

@@ -15,18 +15,18 @@ namespace ingot {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> model_companion_files(const std::string& dir) {
-  std::vector<std::string> files;
+std::vector<CompanionFile> model_companion_files(const std::string& dir) {
+  std::vector<CompanionFile> files;
   for (const char* name : kModelCompanionFiles) {
     const fs::path file = fs::path(dir) / name;
     std::error_code ec;
     if (!fs::exists(file, ec)) continue;
-    const std::string text = io::read_text_file(file.string(), "companion file");  // a folder or FIFO is named here
+    std::string text = io::read_text_file(file.string(), "companion file");  // a folder or FIFO is named here
     // Validity only: accept() builds no document (a tokenizer.json is megabytes, parsed again by
     // whatever reads it); parse_json then names what is wrong.
     if (file.extension() == ".json" && !nlohmann::json::accept(text))
       (void)io::parse_json(text, file.string(), "companion file");
-    files.push_back(file.string());
+    files.push_back({file.string(), std::move(text)});
   }
   return files;
 }
@@ -88,7 +88,7 @@ bool is_same_or_inside(const std::string& path, const std::string& dir) {
 
 std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
                                          AdamW& optimizer, const CheckpointContents& contents,
-                                         const std::vector<std::string>& extra_files, int64_t keep_last) {
+                                         const std::vector<CompanionFile>& companions, int64_t keep_last) {
   const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
   const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
                                                    std::to_string(::getpid()));
@@ -130,8 +130,9 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
                         {{"exp_avg", Tensor(m.data(), state, Device::cpu, {P}), state},
                          {"exp_avg_sq", Tensor(v.data(), state, Device::cpu, {P}), state}});
   io::write_file_atomically((tmp_dir / "trainer_state.json").string(), io::dump_json(contents.trainer_state, 2) + "\n");
-  for (const std::string& file : extra_files)
-    if (fs::exists(file)) fs::copy_file(file, tmp_dir / fs::path(file).filename(), fs::copy_options::overwrite_existing);
+  // In order: a dataset's tokenizer replaces the starting model's.
+  for (const CompanionFile& file : companions)
+    io::write_file_atomically((tmp_dir / fs::path(file.path).filename()).string(), file.bytes);
 
   // A checkpoint of the same step from an earlier, overwritten attempt is replaced; anything else
   // under its name (the trainer refuses such a file at the start) is not deleted.

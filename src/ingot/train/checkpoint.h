@@ -25,11 +25,19 @@ namespace ingot {
 inline constexpr std::array<const char*, 5> kModelCompanionFiles = {
     "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", "generation_config.json"};
 
-// The companion files present in `dir`, checked before a run or an export copies them: each a
+// A companion file as it was read when a run or an export began. Checkpoints are written from these
+// bytes: copied from disk at each save, a dataset replaced mid-run (`prepare --overwrite`) handed
+// its tokenizer, or none, to every later checkpoint of weights trained on the old ids.
+struct CompanionFile {
+  std::string path;   // where it was read (its file name is the one written)
+  std::string bytes;
+};
+
+// The companion files present in `dir`, checked before a run or an export writes them: each a
 // regular file, and the JSON ones valid JSON (a broken one was copied into every checkpoint, where
 // generate then failed on it, or a folder in its place failed the first save after the training).
 // Errors name the file.
-std::vector<std::string> model_companion_files(const std::string& dir);
+std::vector<CompanionFile> model_companion_files(const std::string& dir);
 
 struct CheckpointContents {
   int64_t step = 0;
@@ -40,7 +48,7 @@ struct CheckpointContents {
 // checkpoint stays, and the run goes on, since the new one is safely in place.
 std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
                                          AdamW& optimizer, const CheckpointContents& contents,
-                                         const std::vector<std::string>& extra_files, int64_t keep_last);
+                                         const std::vector<CompanionFile>& companions, int64_t keep_last);
 // Restores weights, master weights and optimizer state; returns trainer_state.json.
 nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, Transformer& model,
                                AdamW& optimizer);

@@ -343,8 +343,8 @@ void check_data_tokenizer(const TrainConfig& c, const std::vector<fs::path>& dat
 }
 
 // Files that make a checkpoint self-contained for generation and export.
-std::vector<std::string> companion_files(const TrainConfig& c, const std::vector<fs::path>& data_dirs) {
-  std::vector<std::string> files;
+std::vector<CompanionFile> companion_files(const TrainConfig& c, const std::vector<fs::path>& data_dirs) {
+  std::vector<CompanionFile> files;
   std::vector<fs::path> dirs;
   if (!c.model.empty()) dirs.emplace_back(c.model);
   for (const fs::path& d : data_dirs) {
@@ -363,7 +363,7 @@ std::vector<std::string> companion_files(const TrainConfig& c, const std::vector
     dirs.push_back(d);
   }
   for (const fs::path& d : dirs)
-    for (std::string& file : model_companion_files(d.string())) files.push_back(std::move(file));
+    for (CompanionFile& file : model_companion_files(d.string())) files.push_back(std::move(file));
   return files;
 }
 
@@ -638,7 +638,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   }
   data::DataLoader& loader = *loader_or;
   check_data_tokenizer(c, data_dirs, log);
-  const std::vector<std::string> companions = companion_files(c, data_dirs);  // checked before anything runs
+  const std::vector<CompanionFile> companions = companion_files(c, data_dirs);  // read and checked before anything runs
   // Packed / padded rows hold several documents: attention must stay inside each one.
   const bool by_document = loader.packing() != data::PackingMode::stream;
 
