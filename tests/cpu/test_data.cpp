@@ -559,6 +559,29 @@ TEST(DataLoader, ResolvesGlobsDirectoriesAndFiles) {
                      "/train-00001.bin)"), std::string::npos) << msg;
   msg = error_of([&] { resolve_shard_paths({dir + "/train-00000.bin", dir + "/train-00000.bin"}); });
   EXPECT_NE(msg.find("is listed twice in train_data; each shard"), std::string::npos) << msg;
+  // A *.bin that is no file, in a directory or matched by a glob, is named: it was passed over and
+  // the run trained on the rest (a fuzzing review, 2026-12-02). So is a dangling link given itself.
+  fs::create_symlink(dir + "/gone.bin", dir + "/train-00002.bin");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("data: directory " + dir + " holds " + dir + "/train-00002.bin, which is a symbolic link to " + dir +
+                     "/gone.bin, which does not exist, not a shard file"), std::string::npos) << msg;
+  msg = error_of([&] { resolve_shard_paths({dir + "/train-*.bin"}); });
+  EXPECT_NE(msg.find("data: " + dir + "/train-*.bin matches " + dir + "/train-00002.bin is a symbolic link to"),
+            std::string::npos) << msg;
+  msg = error_of([&] { resolve_shard_paths({dir + "/train-00002.bin"}); });
+  EXPECT_NE(msg.find("data: shard path " + dir + "/train-00002.bin is a symbolic link to " + dir + "/gone.bin, which does "
+                     "not exist"), std::string::npos) << msg;
+  fs::remove(dir + "/train-00002.bin");
+  fs::create_symlink("train-00002.bin", dir + "/train-00002.bin");  // itself
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("train-00002.bin, which is a symbolic link loop"), std::string::npos) << msg;
+  fs::remove(dir + "/train-00002.bin");
+  fs::create_directories(dir + "/train-00002.bin");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("train-00002.bin, which is a directory, not a shard file"), std::string::npos) << msg;
+  fs::remove(dir + "/train-00002.bin");
+  fs::create_directories(dir + "/train-folder");  // matched, but no *.bin: passed over
+  EXPECT_EQ(resolve_shard_paths({dir + "/train-*"}), from_dir);
 }
 
 // A directory's meta.json from `ingot prepare` lists its shards: a missing shard, one of another
@@ -574,8 +597,13 @@ TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
   write_text(dir + "/meta.json", meta);
   EXPECT_EQ(resolve_shard_paths({dir}).size(), 2u);
 
-  write_shard(dir + "/train-00001.bin", counting_shard(11, 0, 10));
+  // A count written past int64 was named as -1.
+  write_text(dir + "/meta.json", std::string(meta).replace(meta.find("12,"), 2, "18446744073709551615"));
   std::string msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find("holds 12 tokens, but " + dir + "/meta.json lists 18446744073709551615"), std::string::npos) << msg;
+  write_text(dir + "/meta.json", meta);
+  write_shard(dir + "/train-00001.bin", counting_shard(11, 0, 10));
+  msg = error_of([&] { resolve_shard_paths({dir}); });
   EXPECT_NE(msg.find("data: shard " + dir + "/train-00001.bin holds 11 tokens, but " + dir + "/meta.json lists 12"),
             std::string::npos) << msg;
   fs::remove(dir + "/train-00001.bin");
