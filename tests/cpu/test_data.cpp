@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -215,6 +216,18 @@ TEST(Shard, CorruptFilesNameTheFile) {
 
   msg = error_of([&] { Shard s(dir + "/missing.bin"); });
   EXPECT_NE(msg.find(dir + "/missing.bin"), std::string::npos) << msg;
+
+  // A token count one short fits the same file (7 and 6 two-byte tokens both pad to 56 bytes): the
+  // last token, left in the padding, was dropped unseen.
+  write_shard(dir + "/seven.bin", {{1, 2, 3, 4, 5, 6, 7}, {0, 2}, {}, 257, 2});
+  std::string short_count = test::read_file(dir + "/seven.bin");
+  const uint64_t six = 6;
+  std::memcpy(short_count.data() + 16, &six, 8);
+  write_text(dir + "/short_count.bin", short_count);
+  msg = error_of([&] { Shard s(dir + "/short_count.bin"); });
+  EXPECT_NE(msg.find("shard " + dir + "/short_count.bin: the padding after the tokens holds a non-zero byte at offset 52"),
+            std::string::npos) << msg;
+  EXPECT_NO_THROW(Shard s(dir + "/seven.bin"));
 }
 
 TEST(Shard, WriterRejectsBadInput) {
@@ -490,8 +503,15 @@ TEST(DataLoader, CursorSaveRestoreResumesExactly) {
   EXPECT_EQ(resumed.save_state(), first.save_state());
 
   DataLoader other_seed(counting_config(dir + "/a.bin", 8, 6));
-  const std::string msg = error_of([&] { other_seed.restore_state(state); });
+  std::string msg = error_of([&] { other_seed.restore_state(state); });
   EXPECT_NE(msg.find("seed"), std::string::npos) << msg;
+  // An epoch at the top of int64 overflowed at the next pass (signed overflow; the next checkpoint
+  // then held a negative epoch).
+  nlohmann::json last_epoch = state;
+  last_epoch["epoch"] = std::numeric_limits<int64_t>::max();
+  msg = error_of([&] { DataLoader(config).restore_state(last_epoch); });
+  EXPECT_NE(msg.find("data: saved loader cursor (epoch 9223372036854775807, index 36) is out of range"), std::string::npos)
+      << msg;
 }
 
 TEST(DataLoader, TargetsMaskedWhereLossMaskIsZero) {

@@ -513,7 +513,9 @@ void DataLoader::restore_state(const nlohmann::json& state) {
       plan_epoch_ = -1;
     }
     const int64_t rows = by_document() && epoch >= 0 ? train_plan(epoch).num_rows() : num_train_;
-    INGOT_CHECK(epoch >= 0 && index >= 0 && index <= rows,
+    // Far past any run, and room to count on: epoch 2^63 - 1 overflowed at the next pass.
+    constexpr int64_t kMaxEpoch = int64_t{1} << 62;
+    INGOT_CHECK(epoch >= 0 && epoch < kMaxEpoch && index >= 0 && index <= rows,
                 "data: saved loader cursor (epoch ", epoch, ", index ", index, ") is out of range");
     cursor_ = {epoch, index};
   } catch (const nlohmann::json::exception& e) {

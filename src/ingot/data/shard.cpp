@@ -266,6 +266,16 @@ Shard::Shard(const std::string& path) : path_(path) {
            " tokens of ", h.token_width, " bytes, ", h.num_documents, " documents",
            has_mask ? ", loss mask" : "", ") needs ", expected,
            file_bytes < expected ? " (truncated)" : " (trailing bytes)");
+    // The padding to 8 bytes after the tokens (and after the mask) is zero as written: a header whose
+    // token count is up to 3 short fits the same file size, and its last tokens were dropped unseen.
+    auto check_zero_padding = [&](uint64_t from, uint64_t to, const char* after) {
+      for (uint64_t at = from; at < to; ++at)
+        if (base[at] != 0)
+          fail("shard ", path, ": the padding after the ", after, " holds a non-zero byte at offset ", at,
+               " (the header's count of ", h.num_tokens, " tokens may be short: corrupt)");
+    };
+    check_zero_padding(tokens_at + h.num_tokens * h.token_width, starts_at, "tokens");
+    if (has_mask) check_zero_padding(mask_at + h.num_tokens, expected, "loss mask");
     token_width_ = h.token_width;
     vocab_size_ = h.vocab_size;
     num_tokens_ = static_cast<int64_t>(h.num_tokens);
