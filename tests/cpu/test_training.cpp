@@ -2160,6 +2160,26 @@ TEST_F(Training, CheckpointsKeepTheTokenizerTheRunStartedWith) {
   EXPECT_NE(read_file(root + "/bpe/tokenizer.json"), original) << "the swap happened";
 }
 
+// A save the file system refuses names the step, the reason and the newest checkpoint kept (it was
+// a raw "filesystem error: cannot create directories"). output_dir is made immutable mid-run with
+// chattr +i, which binds root too; the test skips where chattr cannot.
+TEST_F(Training, ASaveTheFileSystemRefusesNamesWhatIsKept) {
+  if (run_command("mkdir -p " + root + "/probe && chattr +i " + root + "/probe && chattr -i " + root + "/probe", nullptr) != 0)
+    GTEST_SKIP() << "chattr +i is not available here";
+  write_file(root + "/run.yaml", tiny_config(data, root + "/run", 100000, 100));  // ends at the frozen save
+  write_file(root + "/freeze.sh",
+             "\"$1\" train \"$2\" --set eval_steps=0 >\"$3\" 2>&1 &\npid=$!\n"
+             "for i in $(seq 3000); do [ -d \"$4/checkpoint-100\" ] && break; sleep 0.01; done\n"
+             "kill -STOP $pid\nchattr +i \"$4\"\nkill -CONT $pid\nwait $pid\nrc=$?\nchattr -i \"$4\"\nexit $rc\n");
+  std::string out;
+  EXPECT_EQ(1, run_command("bash " + root + "/freeze.sh " + cli() + " " + root + "/run.yaml " + root + "/run.log " + root +
+                               "/run", &out)) << out;
+  const std::string log = read_file(root + "/run.log");
+  EXPECT_NE(log.find("error: the checkpoint of step "), std::string::npos) << log;
+  EXPECT_NE(log.find(" could not be saved in " + root + "/run: Operation not permitted ("), std::string::npos) << log;
+  EXPECT_NE(log.find("; the newest checkpoint is " + root + "/run/checkpoint-"), std::string::npos) << log;
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;
