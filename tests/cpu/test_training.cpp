@@ -2180,6 +2180,23 @@ TEST_F(Training, ASaveTheFileSystemRefusesNamesWhatIsKept) {
   EXPECT_NE(log.find("; the newest checkpoint is " + root + "/run/checkpoint-"), std::string::npos) << log;
 }
 
+// The plot of a run killed while writing it (loss.svg.tmp-<pid>) is removed by the next run in that
+// output_dir, with a note; each SIGKILL at that moment left one more.
+TEST_F(Training, AHalfWrittenPlotOfAKilledRunIsRemoved) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 2), "run", "--set eval_steps=0", &out)) << out;
+  const std::string dead_pid = exited_pid();
+  ASSERT_FALSE(dead_pid.empty());
+  const std::string stale = root + "/run/loss.svg.tmp-" + dead_pid;
+  write_file(stale, "<svg");
+  write_file(root + "/run/loss.svg.tmp-x", "not a pid: not ours");
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 2), "run", "--resume --set eval_steps=0", &out)) << out;
+  EXPECT_NE(out.find("note: removed " + stale + ", the half-written plot of a run killed while writing it"),
+            std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(root + "/run/loss.svg.tmp-x"));
+}
+
 void Training::run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab) {
   SCOPED_TRACE(tokenizer);
   std::string jsonl;

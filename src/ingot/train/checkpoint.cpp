@@ -62,6 +62,20 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
   return removed;
 }
 
+std::vector<std::string> remove_stale_partial_plots(const std::string& output_dir, bool exclusive) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(output_dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const int64_t pid = pid_suffix(name, "loss.svg.tmp-");
+    std::error_code file_ec;
+    if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid)) || !it->is_regular_file(file_ec)) continue;
+    if (fs::remove(it->path(), file_ec)) removed.push_back(it->path().string());
+  }
+  std::sort(removed.begin(), removed.end());
+  return removed;
+}
+
 std::string resolve_model_dir(const std::string& path) {
   std::error_code ec;
   const fs::file_status status = fs::status(path, ec);

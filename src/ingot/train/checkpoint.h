@@ -57,6 +57,9 @@ nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, 
 // output_dir's DirectoryLock) every such folder is stale; without it, the folder of a live process
 // is left alone, since it may be saving right now.
 std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive);
+// loss.svg.tmp-<pid> files under output_dir left by a run killed while writing its plot, removed on
+// the same terms; returns their paths.
+std::vector<std::string> remove_stale_partial_plots(const std::string& output_dir, bool exclusive);
 // A checkpoint or model directory as given, or the newest checkpoint of a run's output_dir.
 std::string resolve_model_dir(const std::string& path);
 // Whether `path` is `dir` or lies inside it, compared as weakly canonical paths.

@@ -653,6 +653,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   const std::unique_ptr<ReplacedRun> replaced = prepare_output_dir(c, options, lock.held());
   for (const std::string& dir : remove_stale_partial_checkpoints(c.output_dir, lock.held()))
     log << "note: removed " << dir << ", a partial checkpoint of a run killed while saving\n";
+  for (const std::string& file : remove_stale_partial_plots(c.output_dir, lock.held()))
+    log << "note: removed " << file << ", the half-written plot of a run killed while writing it\n";
 
   // Memory plan, printed and checked before anything is allocated.
   const int64_t B = c.micro_batch_size, T = c.sequence_len, accum = c.gradient_accumulation_steps;
