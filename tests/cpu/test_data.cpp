@@ -548,6 +548,19 @@ TEST(DataLoader, RefusesDataWithoutAnyTarget) {
   DataLoaderConfig all_tokens = counting_config(dir, 8, 1, 0.0);
   all_tokens.use_loss_mask = false;  // train_on_inputs: true
   EXPECT_EQ(DataLoader(all_tokens).num_train_windows(), 5);
+
+  // Targets only in the validation tail (stream: 7 training windows of 8 over tokens 1-56, 2
+  // validation windows after): every step trained nothing, and the run exited 0.
+  ShardData tail = counting_shard(81, 0, 81);
+  tail.loss_mask.assign(81, 0);
+  for (int i = 70; i < 81; ++i) tail.loss_mask[i] = 1;
+  write_shard(dir + "/masked.bin", tail);
+  const std::string tail_msg = error_of([&] { DataLoader loader(counting_config(dir, 8, 1, 0.2)); });
+  EXPECT_NE(tail_msg.find("falls in the training windows (tokens 1 to 56 of the stream): every token the loss counts is "
+                          "in the validation tail (val_fraction 0.2)"), std::string::npos) << tail_msg;
+  tail.loss_mask[56] = 1;  // the last training target
+  write_shard(dir + "/masked.bin", tail);
+  EXPECT_EQ(DataLoader(counting_config(dir, 8, 1, 0.2)).num_train_windows(), 7);
 }
 
 // A FIFO named as a shard: refused, not opened (opening one waits for a writer forever).

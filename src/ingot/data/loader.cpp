@@ -272,6 +272,22 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
            " needs at least ", T + 1, " tokens for one training window");
     val_begin_ = N;
   }
+  // Targets of the training windows: tokens 1 .. num_train_ * T of the stream. Masked data whose
+  // targets all lie in the validation tail trained nothing, every step, and exited 0.
+  if (any_loss_mask_) {
+    const int64_t first = 1, last = num_train_ * T;  // inclusive
+    bool trained = false;
+    for (size_t s = 0; s < shards_.size() && !trained; ++s) {
+      const int64_t begin = std::max(first, shard_begin_[s]), end = std::min(last + 1, shard_begin_[s + 1]);
+      const auto mask = shards_[s].loss_mask();
+      if (mask.empty()) trained = begin < end;  // an unmasked shard: every token is a target
+      for (int64_t i = begin; i < end && !trained && !mask.empty(); ++i) trained = mask[size_t(i - shard_begin_[s])] == 1;
+    }
+    if (!trained)
+      fail("data: no target of ", describe_files(files_), " falls in the training windows (tokens 1 to ", last,
+           " of the stream): every token the loss counts is in the validation tail (val_fraction ", config.val_fraction,
+           "); lower val_fraction, use packing: packed, or set train_on_inputs: true");
+  }
 }
 
 void DataLoader::plan_documents(double val_fraction) {
