@@ -71,45 +71,89 @@ constexpr std::string_view kSpaceClassBody = "\\t-\\r\\x{85}\\p{Z}";
 constexpr std::string_view kWordClassBody = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
 constexpr std::string_view kHexClassBody = "0-9A-Fa-f";
 
+// One character class of an Oniguruma pattern, from its '[' at pattern[i], spelled for PCRE2 into
+// `out`; returns the index past its ']'. A negated shorthand inside (\S, \W, \H) has no spelling as
+// a member of a PCRE2 class, so such a class becomes lookarounds: [a\W] is (?:[a]|[^w]), and the
+// common "letters only" [^\W\d_] is (?:(?![\d_])[w]). POSIX brackets ([:alpha:]) are members;
+// another '[' inside is a nested class, which PCRE2 has not, and is refused.
+size_t translate_class(const std::string& pattern, size_t i, const std::string& where, std::string* out) {
+  const size_t n = pattern.size();
+  size_t j = i + 1;
+  const bool negated = j < n && pattern[j] == '^';
+  if (negated) ++j;
+  std::string members;                          // the positive members, as a PCRE2 class body
+  std::vector<std::string_view> excluded;       // bodies of the negated shorthands
+  for (bool first = true;; first = false) {
+    if (j >= n) {  // unclosed: PCRE2 names the error on the pattern as written
+      *out += pattern.substr(i);
+      return n;
+    }
+    const char c = pattern[j];
+    if (c == ']' && !first) break;
+    if (c == '\\' && j + 1 < n) {
+      const char e = pattern[j + 1];
+      if (e == 's') members += kSpaceClassBody;
+      else if (e == 'w') members += kWordClassBody;
+      else if (e == 'h') members += kHexClassBody;
+      else if (e == 'S') excluded.push_back(kSpaceClassBody);
+      else if (e == 'W') excluded.push_back(kWordClassBody);
+      else if (e == 'H') excluded.push_back(kHexClassBody);
+      else members += pattern.substr(j, 2);  // \d, \p{..}, \x{..}, \b (backspace here), escapes
+      j += 2;
+      continue;
+    }
+    if (c == '[') {
+      const size_t close = pattern.compare(j, 2, "[:") == 0 ? pattern.find(":]", j + 2) : std::string::npos;
+      if (close == std::string::npos)
+        fail(where, ": regex \"", brief_pattern(pattern), "\" nests a character class inside another (at offset ", j,
+             "), which Ingot cannot translate for PCRE2");
+      members += pattern.substr(j, close + 2 - j);
+      j = close + 2;
+      continue;
+    }
+    members += c;
+    ++j;
+  }
+  if (excluded.empty()) {
+    *out += (negated ? "[^" : "[") + members + "]";
+  } else if (!negated) {
+    *out += "(?:";
+    if (!members.empty()) *out += "[" + members + "]|";
+    for (size_t k = 0; k < excluded.size(); ++k) *out += (k ? "|[^" : "[^") + std::string(excluded[k]) + "]";
+    *out += ")";
+  } else {  // none of the members, and inside every excluded shorthand's set
+    *out += "(?:";
+    if (!members.empty()) *out += "(?![" + members + "])";
+    for (size_t k = 0; k + 1 < excluded.size(); ++k) *out += "(?=[" + std::string(excluded[k]) + "])";
+    *out += "[" + std::string(excluded.back()) + "])";
+  }
+  return j + 1;
+}
+
 // An Oniguruma pattern as PCRE2 reads it the same way; `where` names it in errors.
 std::string onig_to_pcre2(const std::string& pattern, const std::string& where) {
   const std::string word = "[" + std::string(kWordClassBody) + "]";
+  auto set = [](std::string_view body, bool negated) { return (negated ? "[^" : "[") + std::string(body) + "]"; };
   std::string out;
-  bool in_class = false;
-  for (size_t i = 0; i < pattern.size(); ++i) {
+  for (size_t i = 0; i < pattern.size();) {
     const char c = pattern[i];
+    if (c == '[') {
+      i = translate_class(pattern, i, where, &out);
+      continue;
+    }
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[i + 1];
-      auto shorthand = [&](std::string_view body, bool negated) {
-        if (in_class && negated)  // [^...] cannot nest inside a PCRE2 class
-          fail(where, ": regex \"", brief_pattern(pattern), "\" uses \\", e,
-               " inside a character class, which Ingot cannot translate for PCRE2");
-        out += in_class ? std::string(body) : (negated ? "[^" : "[") + std::string(body) + "]";
-      };
-      if (e == 's') shorthand(kSpaceClassBody, false);
-      else if (e == 'S' && !in_class) shorthand(kSpaceClassBody, true);
-      else if (e == 'w') shorthand(kWordClassBody, false);
-      else if (e == 'W') shorthand(kWordClassBody, true);
-      else if (e == 'h') shorthand(kHexClassBody, false);
-      else if (e == 'H') shorthand(kHexClassBody, true);
-      else if (e == 'b' && !in_class) out += "(?:(?<=" + word + ")(?!" + word + ")|(?<!" + word + ")(?=" + word + "))";
-      else if (e == 'B' && !in_class) out += "(?:(?<=" + word + ")(?=" + word + ")|(?<!" + word + ")(?!" + word + "))";
-      else {
-        out += c;
-        out += e;
-      }
-      ++i;
+      if (e == 's' || e == 'S') out += set(kSpaceClassBody, e == 'S');
+      else if (e == 'w' || e == 'W') out += set(kWordClassBody, e == 'W');
+      else if (e == 'h' || e == 'H') out += set(kHexClassBody, e == 'H');
+      else if (e == 'b') out += "(?:(?<=" + word + ")(?!" + word + ")|(?<!" + word + ")(?=" + word + "))";
+      else if (e == 'B') out += "(?:(?<=" + word + ")(?=" + word + ")|(?<!" + word + ")(?!" + word + "))";
+      else out += pattern.substr(i, 2);
+      i += 2;
       continue;
     }
-    if (c == '[' && !in_class) {
-      in_class = true;
-      out += c;
-      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
-      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];  // literal ']'
-      continue;
-    }
-    if (c == ']' && in_class) in_class = false;
     out += c;
+    ++i;
   }
   return out;
 }
@@ -353,10 +397,8 @@ void load_pre_tokenizer(BpeTokenizerImpl& t, const json& node) {
     if (pattern.contains("Regex")) {
       t.regexes.push_back(compile_regex(pattern["Regex"].get<std::string>(), false, where));
     } else if (pattern.contains("String")) {
-      // `tokenizers` splits nothing at an empty string (as a regex, it would match between every
-      // two characters).
-      const std::string literal = pattern["String"].get<std::string>();
-      t.regexes.push_back(literal.empty() ? compile_regex("(*FAIL)", false, where) : compile_regex(literal, true, where));
+      // `tokenizers` escapes it into a regex: "" matches between every two characters, and splits there.
+      t.regexes.push_back(compile_regex(pattern["String"].get<std::string>(), true, where));
     } else {
       fail(where, ": unsupported pattern ", pattern.dump());
     }
