@@ -118,8 +118,6 @@ TEST(Chat, ChatmlDefaultSystemMatchesTransformers) {
   check_fixture("chatml_default.json", tok, format, true);
 }
 
-// transformers >= 4.49 saves the template in chat_template.jinja beside a tokenizer_config.json
-// without one ("has no chat_template" before).
 // A non-special added token of Latin-1 letters stands for its text in the mask alignment: "héllo"
 // was spelled h, 0xE9, l, l, o through the byte-level table, and the chat was refused as if the
 // normalizer had changed it (a fuzzing review, 2026-12-02).
@@ -144,6 +142,8 @@ TEST(Chat, AddedTokenOfLatin1LettersAlignsWithItsText) {
   EXPECT_EQ(trained, "h\u00e9llo there<|im_end|>");
 }
 
+// transformers >= 4.49 saves the template in chat_template.jinja beside a tokenizer_config.json
+// without one ("has no chat_template" before).
 TEST(Chat, TemplateFromChatTemplateJinja) {
   const std::string dir = test::temp_dir("chat_jinja");
   nlohmann::json config = read_json(fixtures() + "/llama3_tokenizer/tokenizer_config.json");

@@ -2169,7 +2169,9 @@ TEST_F(Training, ASaveTheFileSystemRefusesNamesWhatIsKept) {
   write_file(root + "/run.yaml", tiny_config(data, root + "/run", 100000, 100));  // ends at the frozen save
   write_file(root + "/freeze.sh",
              "\"$1\" train \"$2\" --set eval_steps=0 >\"$3\" 2>&1 &\npid=$!\n"
-             "for i in $(seq 3000); do [ -d \"$4/checkpoint-100\" ] && break; sleep 0.01; done\n"
+             // Frozen once the plot that follows the save is written: frozen between the two, the plot
+             // would be refused instead of the next save.
+             "for i in $(seq 3000); do [ \"$4/loss.svg\" -nt \"$4/checkpoint-100\" ] && break; sleep 0.01; done\n"
              "kill -STOP $pid\nchattr +i \"$4\"\nkill -CONT $pid\nwait $pid\nrc=$?\nchattr -i \"$4\"\nexit $rc\n");
   std::string out;
   EXPECT_EQ(1, run_command("bash " + root + "/freeze.sh " + cli() + " " + root + "/run.yaml " + root + "/run.log " + root +
@@ -2178,6 +2180,20 @@ TEST_F(Training, ASaveTheFileSystemRefusesNamesWhatIsKept) {
   EXPECT_NE(log.find("error: the checkpoint of step "), std::string::npos) << log;
   EXPECT_NE(log.find(" could not be saved in " + root + "/run: Operation not permitted ("), std::string::npos) << log;
   EXPECT_NE(log.find("; the newest checkpoint is " + root + "/run/checkpoint-"), std::string::npos) << log;
+}
+
+// A save that runs out of room (here a file-size limit, as a full disk would) names the step and the
+// reason, and leaves no partial checkpoint; it ended with the writer's bare "cannot write".
+TEST_F(Training, ASaveThatRunsOutOfRoomNamesTheStep) {
+  std::string out;
+  write_file(root + "/full.yaml", tiny_config(data, root + "/full", 2, 2));
+  EXPECT_EQ(1, run_command("trap '' XFSZ; ulimit -f 8; " + cli() + " train " + root + "/full.yaml --set eval_steps=0", &out))
+      << out;
+  EXPECT_NE(out.find("error: the checkpoint of step 2 could not be saved in " + root + "/full: cannot write "),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("File too large"), std::string::npos) << out;
+  for (const auto& entry : fs::directory_iterator(root + "/full"))
+    EXPECT_EQ(entry.path().filename().string().find("checkpoint-"), std::string::npos) << entry.path();
 }
 
 // The plot of a run killed while writing it (loss.svg.tmp-<pid>) is removed by the next run in that

@@ -283,10 +283,13 @@ DataLoader::DataLoader(const DataLoaderConfig& config)
       if (mask.empty()) trained = begin < end;  // an unmasked shard: every token is a target
       for (int64_t i = begin; i < end && !trained && !mask.empty(); ++i) trained = mask[size_t(i - shard_begin_[s])] == 1;
     }
-    if (!trained)
+    if (!trained) {
+      std::ostringstream tail;
+      if (config.val_fraction > 0) tail << " before the validation tail (val_fraction " << config.val_fraction << ")";
       fail("data: no target of ", describe_files(files_), " falls in the training windows (tokens 1 to ", last,
-           " of the stream): every token the loss counts is in the validation tail (val_fraction ", config.val_fraction,
-           "); lower val_fraction, use packing: packed, or set train_on_inputs: true");
+           " of the stream)", tail.str(), ": the loss would count no token of any step; check the data's loss masks, "
+           "use packing: packed, or set train_on_inputs: true");
+    }
   }
 }
 

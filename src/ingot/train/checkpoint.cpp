@@ -100,28 +100,14 @@ bool is_same_or_inside(const std::string& path, const std::string& dir) {
   return std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end()).first == outer.end();
 }
 
-std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
-                                         AdamW& optimizer, const CheckpointContents& contents,
-                                         const std::vector<CompanionFile>& companions, int64_t keep_last) {
-  const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
-  const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
-                                                   std::to_string(::getpid()));
-  DType dtype;
-  std::vector<char> weights = host_trainable_weights(ctx, model, &optimizer, &dtype);
-  Tensor flat(weights.data(), dtype, Device::cpu, {model.weights().numel()});
-  // Weights that an update sent to inf or nan must not become the newest checkpoint: rotation
-  // would then delete the good ones before it, and --resume refuses such a file anyway.
-  // Parameter by parameter: the padding between them is never read.
-  for (const ParamEntry& e : model.entries()) {
-    const Tensor values(weights.data() + e.offset * dtype_size(dtype), dtype, Device::cpu, {e.numel});
-    if (const int64_t bad = io::first_invalid_element(values); bad >= 0) {
-      const auto kept = list_checkpoints(output_dir);
-      fail("the weights after step ", contents.step, " hold a non-finite value (parameter ", e.name, ", element ", bad,
-           "): not saved, and no older checkpoint deleted",
-           kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(),
-           ". Lower learning_rate or max_grad_norm, or check the data");
-    }
-  }
+namespace {
+
+// The files of a checkpoint, written into tmp_dir and renamed to final_dir. Throws on any failure,
+// leaving no partial folder.
+void write_checkpoint_files(const fs::path& tmp_dir, const fs::path& final_dir, const std::string& output_dir,
+                            Context& ctx, Transformer& model, AdamW& optimizer, const Tensor& flat,
+                            const CheckpointContents& contents, const std::vector<CompanionFile>& companions) {
+  const DType dtype = flat.dtype;
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   // A save that fails part way (a full disk) leaves no partial folder behind.
@@ -152,11 +138,14 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
   // under its name (the trainer refuses such a file at the start) is not deleted.
   std::error_code status_ec;
   if (fs::exists(fs::symlink_status(final_dir, status_ec)) && !fs::is_directory(final_dir, status_ec))
-    fail(final_dir.string(), " exists and is not a checkpoint folder: the checkpoint of step ", contents.step,
-         " is not saved over it (move it out of ", output_dir, ")");
+    fail(final_dir.string(), " exists and is not a checkpoint folder, which is not saved over (move it out of ",
+         output_dir, ")");
   fs::remove_all(final_dir);
   fs::rename(tmp_dir, final_dir);
+}
 
+// Deletes all but the newest keep_last checkpoints; returns a line for each that could not go.
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
   std::vector<std::string> kept;
   if (keep_last > 0) {
     const auto all = list_checkpoints(output_dir);
@@ -172,6 +161,48 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
     }
   }
   return kept;
+}
+
+}  // namespace
+
+std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
+                                         AdamW& optimizer, const CheckpointContents& contents,
+                                         const std::vector<CompanionFile>& companions, int64_t keep_last) {
+  const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
+  const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
+                                                   std::to_string(::getpid()));
+  DType dtype;
+  std::vector<char> weights = host_trainable_weights(ctx, model, &optimizer, &dtype);
+  Tensor flat(weights.data(), dtype, Device::cpu, {model.weights().numel()});
+  // Weights that an update sent to inf or nan must not become the newest checkpoint: rotation
+  // would then delete the good ones before it, and --resume refuses such a file anyway.
+  // Parameter by parameter: the padding between them is never read.
+  for (const ParamEntry& e : model.entries()) {
+    const Tensor values(weights.data() + e.offset * dtype_size(dtype), dtype, Device::cpu, {e.numel});
+    if (const int64_t bad = io::first_invalid_element(values); bad >= 0) {
+      const auto kept = list_checkpoints(output_dir);
+      fail("the weights after step ", contents.step, " hold a non-finite value (parameter ", e.name, ", element ", bad,
+           "): not saved, and no older checkpoint deleted",
+           kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(),
+           ". Lower learning_rate or max_grad_norm, or check the data");
+    }
+  }
+  // Whatever stops the writing (a full disk, a folder made read-only) is named with the step and
+  // what is kept: a raw "filesystem error: cannot create directories" said neither.
+  std::string why;
+  try {
+    write_checkpoint_files(tmp_dir, final_dir, output_dir, ctx, model, optimizer, flat, contents, companions);
+  } catch (const fs::filesystem_error& e) {
+    why = e.code().message() + " (" + e.path1().string() + ")";
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    const auto kept = list_checkpoints(output_dir);
+    fail("the checkpoint of step ", contents.step, " could not be saved in ", output_dir, ": ", why,
+         kept.empty() ? std::string() : "; the newest checkpoint is " + kept.back());
+  }
+  return rotate_checkpoints(output_dir, keep_last);
 }
 
 nlohmann::json load_checkpoint(const std::string& dir, Context& ctx, Transformer& model, AdamW& optimizer) {

@@ -841,18 +841,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     contents.trainer_state.update(step_settings(c));
     contents.trainer_state["attention_plan"] = workspace_note;
     contents.trainer_state["attention_switches"] = attention_switches(ctx);
-    std::vector<std::string> kept;
-    try {
-      kept = save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions, c.save_total_limit);
-    } catch (const std::filesystem::filesystem_error& e) {
-      // A raw "filesystem error: cannot create directories: Permission denied" said neither what
-      // was lost nor what was left.
-      const std::vector<std::string> older = list_checkpoints(c.output_dir);
-      fail("the checkpoint of step ", step, " could not be saved in ", c.output_dir, ": ", e.code().message(), " (",
-           e.path1().string(), ")", older.empty() ? std::string("; output_dir holds no checkpoint")
-                                                  : "; the newest checkpoint is " + older.back());
-    }
-    for (const std::string& line : kept) log << "warning: " << line << "\n";
+    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions,
+                                                   c.save_total_limit))
+      log << "warning: " << kept << "\n";
     metrics.write_plot();
     last_saved = step;
     if (replaced && commit) replaced->commit();
