@@ -39,6 +39,12 @@ std::vector<char> host_trainable_weights(Context& ctx, Transformer& model, AdamW
   return host;
 }
 
+// Whether a partial file or folder named after `pid` was left by a process that is gone: with the
+// directory's lock held (`exclusive`) every other pid's is; without it, a live process's may be in use.
+static bool left_by_a_gone_process(int64_t pid, bool exclusive) {
+  return pid >= 0 && pid != ::getpid() && (exclusive || !process_exists(pid));
+}
+
 std::vector<std::string> remove_stale_partial_checkpoints(const std::string& output_dir, bool exclusive) {
   std::vector<std::string> removed;
   if (!fs::is_directory(output_dir)) return removed;
@@ -47,7 +53,7 @@ std::vector<std::string> remove_stale_partial_checkpoints(const std::string& out
     const size_t at = name.find(".tmp-");
     if (at == std::string::npos || checkpoint_step(name.substr(0, at)) < 0 || !entry.is_directory()) continue;
     const int64_t pid = pid_suffix(name, name.substr(0, at + 5));
-    if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid))) continue;
+    if (!left_by_a_gone_process(pid, exclusive)) continue;
     // save_checkpoint writes files only: a folder holding another folder is not one of its
     // partial checkpoints, whatever its name, and is left alone.
     std::error_code ec;
@@ -69,7 +75,7 @@ std::vector<std::string> remove_stale_partial_plots(const std::string& output_di
     const std::string name = it->path().filename().string();
     const int64_t pid = pid_suffix(name, "loss.svg.tmp-");
     std::error_code file_ec;
-    if (pid < 0 || pid == ::getpid() || (!exclusive && process_exists(pid)) || !it->is_regular_file(file_ec)) continue;
+    if (!left_by_a_gone_process(pid, exclusive) || !it->is_regular_file(file_ec)) continue;
     if (fs::remove(it->path(), file_ec)) removed.push_back(it->path().string());
   }
   std::sort(removed.begin(), removed.end());
