@@ -9,6 +9,7 @@ Writes into --out:
         gpt2    ByteLevel(use_regex=True), merges saved in the legacy "a b" string form
         gpt2_prefix  ByteLevel(add_prefix_space=True, use_regex=True)
         split_edges  Splits on ^/$ anchors, empty matches, \b, \h, "" + ByteLevel(use_regex=False)
+        split_options  Splits with group options (?m), (?i) set alone, (?#...) + ByteLevel(use_regex=False)
   parity.json  {"tokenizers_version", "configs": [{"name", "path", "eos_id", "cases":
       [{"text", "ids", "decoded", "decoded_skip"}]}]}
 With --qwen3 DIR (a folder holding the real tokenizer.json), the same corpus is encoded with it too.
@@ -253,6 +254,16 @@ def main():
                                  pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
         None, False, ["<|endoftext|>"], [])
     configs.append(expected("split_edges", split_edges, cases))
+    # Group options as Oniguruma reads them: its m lets the dot match a newline (PCRE2's s), and an
+    # option set alone reaches to the end of its group across '|' (e(?i)s|t is e(?i:s|t)).
+    split_options = train(
+        "split_options", args.out,
+        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\n(?m)."), behavior="removed"),
+                                 pre_tokenizers.Split(Regex(r"e(?i)s|t"), behavior="removed"),
+                                 pre_tokenizers.Split(Regex(r"(?:a(?i)N|d)|(?#c)(?-i:O(?i)f)"), behavior="isolated"),
+                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+        None, False, ["<|endoftext|>"], [])
+    configs.append(expected("split_options", split_options, cases))
     with open(os.path.join(args.out, "parity.json"), "w", encoding="utf-8") as f:
         json.dump({"tokenizers_version": tokenizers.__version__, "configs": configs}, f, ensure_ascii=False)
     print("wrote %d configs x %d cases to %s" % (len(configs), len(cases), args.out))

@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
 #include <cstdint>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <queue>
 #include <sstream>
 #include <utility>
@@ -130,15 +132,70 @@ size_t translate_class(const std::string& pattern, size_t i, const std::string& 
   return j + 1;
 }
 
+// The option letters of a group "(?imx-imx)" or "(?imx-imx:" starting at pattern[i], in PCRE2's
+// spelling, with `*end` set to the index of its ')' or ':'; nullopt when the '(' opens another kind
+// of group. Oniguruma's m is PCRE2's s (dot matches newline; ^ and $ are always per line). Its other
+// options (W, D, S, P, y{g}) are refused by name, as is s, which Oniguruma has not.
+std::optional<std::string> option_group_flags(const std::string& pattern, size_t i, const std::string& where,
+                                              size_t* end) {
+  if (pattern.compare(i, 2, "(?") != 0) return std::nullopt;
+  size_t j = i + 2;
+  while (j < pattern.size() && (std::isalpha(static_cast<unsigned char>(pattern[j])) || pattern[j] == '-')) ++j;
+  if (j == i + 2 || j >= pattern.size() || (pattern[j] != ')' && pattern[j] != ':' && pattern[j] != '{'))
+    return std::nullopt;
+  std::string flags;
+  for (size_t k = i + 2; k < j; ++k) {
+    const char f = pattern[k];
+    if (f == 'i' || f == 'x' || f == '-') flags += f;
+    else if (f == 'm') flags += 's';
+    else
+      fail(where, ": regex \"", brief_pattern(pattern), "\" sets the group option '", f, "' (at offset ", k,
+           "); Ingot translates only i, m and x for PCRE2", f == 's' ? " (Oniguruma has no s: its m is dot-all)" : "");
+  }
+  if (pattern[j] == '{') return std::nullopt;  // not an option group: PCRE2 names the error
+  *end = j;
+  return flags;
+}
+
 // An Oniguruma pattern as PCRE2 reads it the same way; `where` names it in errors.
 std::string onig_to_pcre2(const std::string& pattern, const std::string& where) {
   const std::string word = "[" + std::string(kWordClassBody) + "]";
   auto set = [](std::string_view body, bool negated) { return (negated ? "[^" : "[") + std::string(body) + "]"; };
   std::string out;
+  // An option set alone, "(?i)", reaches to the end of its enclosing group in Oniguruma, across '|':
+  // a(?i)b|c is a(?i:b|c), where PCRE2 would read (?:a(?i)b)|(?i:c). It becomes "(?i:", closed where
+  // its group closes; closers_at_depth counts them per open group (the whole pattern at depth 0).
+  std::vector<int> closers_at_depth = {0};
   for (size_t i = 0; i < pattern.size();) {
     const char c = pattern[i];
     if (c == '[') {
       i = translate_class(pattern, i, where, &out);
+      continue;
+    }
+    if (c == '(') {
+      size_t end = 0;
+      if (pattern.compare(i, 3, "(?#") == 0) {  // a comment, to its first ')'
+        end = std::min(pattern.find(')', i), pattern.size() - 1);
+        out += pattern.substr(i, end + 1 - i);
+        i = end + 1;
+      } else if (const auto flags = option_group_flags(pattern, i, where, &end)) {
+        out += "(?" + *flags + ":";
+        if (pattern[end] == ')') ++closers_at_depth.back();
+        else closers_at_depth.push_back(0);
+        i = end + 1;
+      } else {
+        out += c;
+        closers_at_depth.push_back(0);
+        ++i;
+      }
+      continue;
+    }
+    if (c == ')') {
+      out.append(closers_at_depth.back(), ')');
+      if (closers_at_depth.size() > 1) closers_at_depth.pop_back();
+      else closers_at_depth.back() = 0;  // unbalanced: PCRE2 names the error
+      out += c;
+      ++i;
       continue;
     }
     if (c == '\\' && i + 1 < pattern.size()) {
@@ -155,6 +212,7 @@ std::string onig_to_pcre2(const std::string& pattern, const std::string& where) 
     out += c;
     ++i;
   }
+  for (int closers : closers_at_depth) out.append(closers, ')');
   return out;
 }
 
