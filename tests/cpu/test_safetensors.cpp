@@ -428,6 +428,10 @@ TEST_F(SafeTensorsBadInput, DanglingLinkIsNamed) {
   write_bytes(dir + "/model.safetensors.index.json", R"({"weight_map":{"w":"s1.safetensors"}})");
   fs::create_symlink(path("gone.safetensors"), dir + "/s1.safetensors");
   expect_open_error(dir, {"s1.safetensors", "symbolic link to", "gone.safetensors", "does not exist"});
+  // A link that leads back to itself is a loop, not a link to a missing file.
+  fs::remove(dir + "/s1.safetensors");
+  fs::create_symlink("s1.safetensors", dir + "/s1.safetensors");
+  expect_open_error(dir, {"s1.safetensors (for tensor \"w\"), a symbolic link loop"});
 }
 
 TEST_F(SafeTensorsBadInput, IndexNamesMissingShard) {

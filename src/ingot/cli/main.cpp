@@ -18,6 +18,7 @@
 
 #include "ingot/core/arena.h"
 #include "ingot/core/dir_lock.h"
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -275,12 +276,6 @@ void replace_directory_contents(const fs::path& target, const std::function<void
   fs::remove_all(aside, ec);
 }
 
-// A symbolic link whose target is missing: exists() says no, and creating the name fails.
-bool is_dangling_link(const fs::path& path) {
-  std::error_code ec;
-  return fs::is_symlink(fs::symlink_status(path, ec)) && fs::status(path, ec).type() == fs::file_type::not_found;
-}
-
 void export_model(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
                   const std::string& max_shard, bool overwrite);
 
@@ -351,9 +346,9 @@ void export_model(const std::string& source, const std::string& out_dir, const s
     fail("export: output ", out_dir, " would be a checkpoint of the training run in ", target.parent_path().string(),
          " (the run's newest, for generate, info and --resume); choose another output");
   for (fs::path up = fs::absolute(out_dir); !up.empty(); up = up.parent_path()) {
-    if (is_dangling_link(up))
-      fail("export: cannot create output ", out_dir, ": ", up.string(), " is a symbolic link to ",
-           fs::read_symlink(up).string(), ", which does not exist");
+    // Creating a name that is a broken link fails; exists() calls it absent.
+    if (const std::string link = broken_link_description(up); !link.empty())
+      fail("export: cannot create output ", out_dir, ": ", up.string(), " is ", link);
     if (up != fs::absolute(out_dir) && fs::exists(up)) {
       if (!fs::is_directory(up)) fail("export: cannot create output ", out_dir, ": ", up.string(), " is not a directory");
       break;

@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
 #include "ingot/core/text.h"
@@ -96,13 +97,8 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
 
 // What a train_data entry is when it is not a regular file, for the error that names it.
 std::string what_is_not_a_file(const fs::path& path) {
+  if (std::string link = broken_link_description(path); !link.empty()) return link;
   std::error_code ec;
-  const fs::file_status link = fs::symlink_status(path, ec);
-  if (fs::is_symlink(link)) {
-    const fs::file_status target = fs::status(path, ec);
-    if (ec == std::errc::too_many_symbolic_link_levels) return "a symbolic link loop";
-    if (!fs::exists(target)) return "a symbolic link to " + fs::read_symlink(path, ec).string() + ", which does not exist";
-  }
   const fs::file_status status = fs::status(path, ec);
   if (fs::is_directory(status)) return "a directory";
   if (fs::is_fifo(status)) return "a FIFO";

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/mapped_files.h"
 #include "ingot/io/json_util.h"
 
@@ -480,10 +481,9 @@ struct SafeTensorsReader::Impl {
              relative.string(), "\", which lies outside the model's folder ", dir.string());
       // Normal form: "b.safetensors" and "./b.safetensors" are one shard, not two holding the same tensors.
       const std::string shard_path = (dir / relative).lexically_normal().string();
+      if (const std::string link = broken_link_description(shard_path); !link.empty())
+        fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name, "\"), ", link);
       std::error_code ec;
-      if (fs::is_symlink(fs::symlink_status(shard_path, ec)) && !fs::exists(shard_path, ec))
-        fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name,
-             "\"), a symbolic link to ", fs::read_symlink(shard_path, ec).string(), ", which does not exist");
       if (!fs::exists(shard_path, ec))
         fail("safetensors index ", index_path, " names shard ", shard_path, " (for tensor \"", name,
              "\"), which does not exist");
@@ -524,8 +524,7 @@ SafeTensorsReader SafeTensorsReader::open(const std::string& path) {
       impl.open_index(index.string());
     } else {
       for (const fs::path& file : {single, index})
-        if (fs::is_symlink(fs::symlink_status(file, ec)))
-          fail(file.string(), " is a symbolic link to ", fs::read_symlink(file, ec).string(), ", which does not exist");
+        if (const std::string link = broken_link_description(file); !link.empty()) fail(file.string(), " is ", link);
       fail("directory ", path, " holds neither ", kSingleFileName, " nor ", kIndexFileName);
     }
   } else if (path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0) {
