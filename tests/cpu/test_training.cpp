@@ -120,6 +120,19 @@ class Training : public ::testing::Test {
     std::string out;
     return run_command("bash " + root + "/stop.sh " + cli() + " " + config + " " + log, &out);
   }
+  // Runs `ingot train CONFIG FLAGS` in the background with its output in log, pauses it (SIGSTOP)
+  // once the shell test `until` holds (polled for up to 30 s), runs the shell commands `while_paused`,
+  // resumes it, waits for its exit and then runs `after`. Returns the run's exit status.
+  int train_paused(const std::string& config, const std::string& flags, const std::string& log,
+                   const std::string& until, const std::string& while_paused, const std::string& after = "") {
+    write_file(root + "/pause.sh", cli() + " train " + config + " " + flags + " >" + log + " 2>&1 &\n"
+                                   "pid=$!\n"
+                                   "for i in $(seq 3000); do " + until + " && break; sleep 0.01; done\n"
+                                   "kill -STOP $pid\n" + while_paused + "\nkill -CONT $pid\n"
+                                   "wait $pid\nrc=$?\n" + after + "\nexit $rc\n");
+    std::string out;
+    return run_command("bash " + root + "/pause.sh", &out);
+  }
   // Prepares jsonl (chat records) with the Llama 3 fixture tokenizer into root/chat-data and returns
   // a tiny config (vocabulary 515) training on it into root/run.
   std::string llama3_chat_config(const std::string& jsonl, int max_steps) {
@@ -2139,15 +2152,12 @@ TEST_F(Training, CheckpointsKeepTheTokenizerTheRunStartedWith) {
   config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
   config.replace(config.find("save_total_limit: 3"), 19, "save_total_limit: 0");
   write_file(root + "/run.yaml", config);
-  write_file(root + "/pause_and_swap.sh",
-             // One thread: two spinning on a loaded 2-core CI machine made 2000 steps take 87 s.
-             "\"$1\" train \"$2\" --set eval_steps=0 --set num_threads=1 >\"$3\" 2>&1 &\npid=$!\n"
-             "for i in $(seq 3000); do [ -d \"$4/checkpoint-100\" ] && break; sleep 0.01; done\n"
-             "kill -STOP $pid\nls \"$4\" > \"$4.at_pause\"\n"
-             "printf '{\"model\": \"another tokenizer\"}' > \"$5\"\nkill -CONT $pid\nwait $pid\n");
-  ASSERT_EQ(0, run_command("bash " + root + "/pause_and_swap.sh " + cli() + " " + root + "/run.yaml " + root +
-                               "/run.log " + root + "/run " + root + "/bpe/tokenizer.json", &out))
-      << out << read_file(root + "/run.log");
+  // One thread: two spinning on a loaded 2-core CI machine made 2000 steps take 87 s.
+  ASSERT_EQ(0, train_paused(root + "/run.yaml", "--set eval_steps=0 --set num_threads=1", root + "/run.log",
+                            "[ -d " + root + "/run/checkpoint-100 ]",
+                            "ls " + root + "/run > " + root + "/run.at_pause; printf '{\"model\": \"another tokenizer\"}' > " +
+                                root + "/bpe/tokenizer.json"))
+      << read_file(root + "/run.log");
   ASSERT_EQ(read_file(root + "/run.at_pause").find("checkpoint-600"), std::string::npos)
       << "the run ended before the pause: nothing was checked";
   int checkpoints = 0;
@@ -2168,15 +2178,11 @@ TEST_F(Training, ASaveTheFileSystemRefusesNamesWhatIsKept) {
   if (run_command("mkdir -p " + root + "/probe && chattr +i " + root + "/probe && chattr -i " + root + "/probe", nullptr) != 0)
     GTEST_SKIP() << "chattr +i is not available here";
   write_file(root + "/run.yaml", tiny_config(data, root + "/run", 100000, 100));  // ends at the frozen save
-  write_file(root + "/freeze.sh",
-             "\"$1\" train \"$2\" --set eval_steps=0 >\"$3\" 2>&1 &\npid=$!\n"
-             // Frozen once the plot that follows the save is written: frozen between the two, the plot
-             // would be refused instead of the next save.
-             "for i in $(seq 3000); do [ \"$4/loss.svg\" -nt \"$4/checkpoint-100\" ] && break; sleep 0.01; done\n"
-             "kill -STOP $pid\nchattr +i \"$4\"\nkill -CONT $pid\nwait $pid\nrc=$?\nchattr -i \"$4\"\nexit $rc\n");
-  std::string out;
-  EXPECT_EQ(1, run_command("bash " + root + "/freeze.sh " + cli() + " " + root + "/run.yaml " + root + "/run.log " + root +
-                               "/run", &out)) << out;
+  // Frozen once the plot that follows the save is written: frozen between the two, the plot would be
+  // refused instead of the next save.
+  EXPECT_EQ(1, train_paused(root + "/run.yaml", "--set eval_steps=0", root + "/run.log",
+                            "[ " + root + "/run/loss.svg -nt " + root + "/run/checkpoint-100 ]", "chattr +i " + root + "/run",
+                            "chattr -i " + root + "/run"));
   const std::string log = read_file(root + "/run.log");
   EXPECT_NE(log.find("error: the checkpoint of step "), std::string::npos) << log;
   EXPECT_NE(log.find(" could not be saved in " + root + "/run: Operation not permitted ("), std::string::npos) << log;
