@@ -306,6 +306,16 @@ TEST(BpeTokenizer, UnsupportedComponentsAreClearErrors) {
   const std::string eos_msg = test::error_of([&] { BpeTokenizer::from_file(eos_dir); });
   EXPECT_NE(eos_msg.find(eos_dir + "/tokenizer_config.json: eos_token's \"content\" must be a string, got 5"),
             std::string::npos) << eos_msg;
+  // One that is no JSON object, or a broken link, was passed over with its eos_token.
+  std::ofstream(eos_dir + "/tokenizer_config.json") << "[]";
+  const std::string array_msg = test::error_of([&] { BpeTokenizer::from_file(eos_dir); });
+  EXPECT_NE(array_msg.find(eos_dir + "/tokenizer_config.json: a tokenizer config must be a JSON object, got []"),
+            std::string::npos) << array_msg;
+  std::filesystem::remove(eos_dir + "/tokenizer_config.json");
+  std::filesystem::create_symlink("gone.json", eos_dir + "/tokenizer_config.json");
+  const std::string link_msg = test::error_of([&] { BpeTokenizer::from_file(eos_dir); });
+  EXPECT_NE(link_msg.find(eos_dir + "/tokenizer_config.json is a symbolic link to gone.json, which does not exist"),
+            std::string::npos) << link_msg;
   // A field of the wrong type names the part of the file it is in, without the JSON library's prefix.
   expect_load_error("merge_ids", [](json& r) { r["model"]["merges"] = json::array({json::array({1, 2})}); },
                     {"model.merges is not as a tokenizer.json has it: type must be string, but is number"});

@@ -1492,7 +1492,23 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   }
   write_file(checkpoint + "/generation_config.json", "{\"eos_token_id\": []}");  // none, as in config.json
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 2", &out)) << out;
+  // One that is no object, which transformers cannot load, was passed over with its stop ids.
+  write_file(checkpoint + "/generation_config.json", "[1, 2]");
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
+  EXPECT_NE(out.find(checkpoint + "/generation_config.json: a generation config must be a JSON object, got [1,2]"),
+            std::string::npos) << out;
+  // A broken link in its place (a cache snapshot whose blob is gone) was taken for no file.
   fs::remove(checkpoint + "/generation_config.json");
+  fs::create_symlink(root + "/gone.json", checkpoint + "/generation_config.json");
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
+  EXPECT_NE(out.find(checkpoint + "/generation_config.json is a symbolic link to " + root + "/gone.json, which does not exist"),
+            std::string::npos) << out;
+  fs::remove(checkpoint + "/generation_config.json");
+  // So was one in place of tokenizer.json: text was read and written as bytes.
+  fs::create_symlink(root + "/gone.json", checkpoint + "/tokenizer.json");
+  EXPECT_NE(0, run_command(cli() + " generate " + checkpoint + " --prompt 'the '", &out));
+  EXPECT_NE(out.find(checkpoint + "/tokenizer.json is a symbolic link to "), std::string::npos) << out;
+  fs::remove(checkpoint + "/tokenizer.json");
   write_file(checkpoint + "/tokenizer.json", "not a tokenizer");
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
@@ -1583,6 +1599,13 @@ TEST_F(Training, BrokenCompanionFilesStopTheRunBeforeStepOne) {
   EXPECT_NE(out.find("companion file " + model + "/tokenizer_config.json is not valid JSON"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " export " + model + " " + root + "/exported", &out));
   EXPECT_NE(out.find("companion file " + model + "/tokenizer_config.json is not valid JSON"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/exported"));
+  // A broken link was taken for no file: the export went out without it, and exit 0.
+  fs::remove(model + "/tokenizer_config.json");
+  fs::create_symlink(root + "/gone.json", model + "/tokenizer_config.json");
+  EXPECT_NE(0, run_command(cli() + " export " + model + " " + root + "/exported", &out));
+  EXPECT_NE(out.find(model + "/tokenizer_config.json is a symbolic link to " + root + "/gone.json, which does not exist"),
+            std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/exported"));
   fs::remove(model + "/tokenizer_config.json");
   ASSERT_EQ(0, train(fine_tune, "ft", "--set eval_steps=0 --overwrite", &out)) << out;

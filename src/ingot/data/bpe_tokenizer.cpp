@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 #include <pcre2.h>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/data/unicode_nfc.h"
 #include "ingot/io/json_util.h"
@@ -717,11 +718,12 @@ BpeTokenizer BpeTokenizer::from_file(const std::string& path_in) {
 
   // eos from tokenizer_config.json next to tokenizer.json.
   const fs::path config = path.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config)) {
+  if (optional_file_exists(config)) {
     try {
       const std::string text = io::read_text_file(config.string(), "tokenizer config");
       io::check_json_nesting(text, config.string(), "tokenizer config");
       const json c = json::parse(text);
+      if (!c.is_object()) fail(config.string(), ": a tokenizer config must be a JSON object, got ", io::json_brief(c));
       std::string eos;
       if (c.contains("eos_token") && c["eos_token"].is_string()) eos = c["eos_token"].get<std::string>();
       else if (c.contains("eos_token") && c["eos_token"].is_object()) {

@@ -18,6 +18,7 @@
 #include <span>
 #include <sstream>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
@@ -273,8 +274,8 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files_to_copy(const Prep
     config = fs::is_directory(options.chat_template) ? fs::path(options.chat_template) / kTokenizerFilesBesideShards[1]
                                                      : fs::path(options.chat_template);
   const fs::path jinja = config.parent_path() / kTokenizerFilesBesideShards[2];
-  if (fs::exists(config)) files.emplace_back(config, kTokenizerFilesBesideShards[1]);
-  if (fs::exists(jinja)) files.emplace_back(jinja, kTokenizerFilesBesideShards[2]);
+  if (optional_file_exists(config)) files.emplace_back(config, kTokenizerFilesBesideShards[1]);
+  if (optional_file_exists(jinja)) files.emplace_back(jinja, kTokenizerFilesBesideShards[2]);
   return files;
 }
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/core/process.h"
 #include "ingot/io/hf_model.h"
@@ -19,8 +20,7 @@ std::vector<CompanionFile> model_companion_files(const std::string& dir) {
   std::vector<CompanionFile> files;
   for (const char* name : kModelCompanionFiles) {
     const fs::path file = fs::path(dir) / name;
-    std::error_code ec;
-    if (!fs::exists(file, ec)) continue;
+    if (!optional_file_exists(file)) continue;
     std::string text = io::read_text_file(file.string(), "companion file");  // a folder or FIFO is named here
     // Validity only: accept() builds no document (a tokenizer.json is megabytes, parsed again by
     // whatever reads it); parse_json then names what is wrong.

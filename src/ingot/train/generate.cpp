@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/core/rng.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<data::Tokenizer> load_tokenizer(const std::string& model_dir, const std::string& explicit_path) {
   std::string path = explicit_path;
-  if (path.empty() && fs::exists(fs::path(model_dir) / "tokenizer.json")) path = (fs::path(model_dir) / "tokenizer.json").string();
+  if (path.empty() && optional_file_exists(fs::path(model_dir) / "tokenizer.json")) path = (fs::path(model_dir) / "tokenizer.json").string();
   if (path.empty() || explicit_path == "byte") return std::make_unique<data::ByteTokenizer>();
   return std::make_unique<data::BpeTokenizer>(data::BpeTokenizer::from_file(path));
 }
@@ -74,10 +75,12 @@ static int32_t sample(std::vector<double> logits, double temperature, int64_t to
 static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& config, const data::Tokenizer& tokenizer) {
   std::vector<int64_t> ids = config.eos_token_ids.empty() ? std::vector<int64_t>{config.eos_token_id} : config.eos_token_ids;
   const fs::path generation_config = fs::path(dir) / "generation_config.json";
-  if (fs::exists(generation_config)) {
+  if (optional_file_exists(generation_config)) {
     const std::string file = generation_config.string();
     const nlohmann::json g = io::parse_json(io::read_text_file(file, "generation config"), file, "generation config");
-    const nlohmann::json eos = g.is_object() ? g.value("eos_token_id", nlohmann::json()) : nlohmann::json();
+    // transformers cannot load one that is not an object; ignored, its stop ids would go unused.
+    if (!g.is_object()) fail(file, ": a generation config must be a JSON object, got ", io::json_brief(g));
+    const nlohmann::json eos = g.value("eos_token_id", nlohmann::json());
     // An id past int64 wrapped to a negative one, which is dropped below as "none".
     auto too_large = [](const nlohmann::json& id) {
       return id.is_number_unsigned() && id.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
