@@ -174,6 +174,35 @@ TEST(SafeTensors, F16RangeIsChecked) {
   write_safetensors(path, {{"model.norm.weight", big.tensor, DType::bf16}});
 }
 
+// So is one beyond bf16's (export --dtype bf16 wrote a 3.4e38 weight as inf with exit 0). The f32
+// just below the halfway point to 2^128 rounds to bf16's largest, the halfway point itself to inf;
+// from f64, the same bound holds (rounded once).
+TEST(SafeTensors, Bf16RangeIsChecked) {
+  const std::string path = test::temp_dir("safetensors_bf16_range") + "/m.safetensors";
+  const float halfway = std::ldexp(2.0f - std::ldexp(1.0f, -8), 127);  // bits 0x7F7F8000
+  HostTensor<float> ok(DType::f32, {2});
+  ok.storage = {std::nextafter(halfway, 0.0f), -std::nextafter(halfway, 0.0f)};
+  write_safetensors(path, {{"ok", ok.tensor, DType::bf16}});
+  HostTensor<float> back(DType::f32, {2});
+  SafeTensorsReader::open(path).read_into("ok", back.tensor);
+  EXPECT_EQ(back.storage[0], std::ldexp(2.0f - std::ldexp(1.0f, -7), 127));  // bf16's largest, finite
+  EXPECT_EQ(back.storage[1], -back.storage[0]);
+  fs::remove(path);
+  HostTensor<float> big(DType::f32, {3});
+  big.storage = {1.0f, 2.0f, -halfway};
+  test::expect_error([&] { write_safetensors(path, {{"model.norm.weight", big.tensor, DType::bf16}}); },
+                     {"tensor \"model.norm.weight\"", "element 2 = -3.39", "beyond bf16's range", "write f32 instead"});
+  EXPECT_FALSE(fs::exists(path));
+  HostTensor<double> wide(DType::f64, {2});
+  wide.storage = {std::nextafter(double(halfway), 0.0), double(halfway)};
+  test::expect_error([&] { write_safetensors(path, {{"w", wide.tensor, DType::bf16}}); },
+                     {"tensor \"w\"", "element 1 = ", "beyond bf16's range"});
+  wide.storage[1] = 0;
+  write_safetensors(path, {{"w", wide.tensor, DType::bf16}});
+  SafeTensorsReader::open(path).read_into("w", back.tensor);
+  EXPECT_EQ(back.storage[0], std::ldexp(2.0f - std::ldexp(1.0f, -7), 127));
+}
+
 TEST(SafeTensors, F64ToBf16RoundsOnce) {
   // 1 + 2^-8 + 2^-40 lies just above a bf16 tie: correct rounding goes up to 1 + 2^-7, while
   // rounding through float first lands exactly on the tie and rounds down to 1.

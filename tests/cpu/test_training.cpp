@@ -1244,6 +1244,11 @@ TEST_F(Training, WeightsBeyondF32OrOfNoShapeAreNamedAsSuch) {
   EXPECT_NE(0, run_command(cli() + " export " + scalar + " " + root + "/out", &out));
   EXPECT_NE(out.find("tensor \"model.norm.weight\" in " + scalar + "/model.safetensors has shape () but config.json"),
             std::string::npos) << out;
+  // F64 weights are read as f32: the export says it holds them rounded (its f32 was called lossless).
+  const std::string wide = model_with_norm("f64_norm", {64}, 1.0 + 1e-12);
+  ASSERT_EQ(0, run_command(cli() + " export " + wide + " " + root + "/out", &out)) << out;
+  EXPECT_NE(out.find("note: " + wide + " stores weights as F64; Ingot reads them as f32, so the export holds them "
+                     "rounded to f32 precision"), std::string::npos) << out;
 }
 
 // Starting weights near the float range (an embedding of +-3e38) give a finite loss and a NaN

@@ -357,7 +357,10 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   }
   Context ctx;
   const auto entries = plan_parameters(config);
-  io::check_hf_weights(dir, entries);  // before the host buffer of config.json's size
+  // Before the host buffer of config.json's size.
+  if (io::check_hf_weights(dir, entries))
+    std::cerr << "note: " << dir << " stores weights as F64; Ingot reads them as f32, so the export holds them "
+              << "rounded to f32 precision\n";
   // f32 on the host, whatever the dtype on disk; config.json's sizes set how much.
   std::vector<float> host;
   try {
@@ -534,7 +537,7 @@ int main(int argc, char** argv) {
   bool export_overwrite = false;
   export_cmd->add_option("checkpoint", export_source, "checkpoint or model directory, or a run's output_dir")->required();
   export_cmd->add_option("output", export_out, "directory to write")->required();
-  export_cmd->add_option("--dtype", export_dtype, "f32 (default, lossless), bf16 or f16");
+  export_cmd->add_option("--dtype", export_dtype, "f32 (default; lossless for Ingot's checkpoints), bf16 or f16");
   export_cmd->add_option("--max-shard-size", max_shard, "shard above this size (default 5GB)");
   export_cmd->add_flag("--overwrite", export_overwrite, "write into a non-empty output directory, replacing an earlier export's files (other files stay)");
 

@@ -72,9 +72,10 @@ void check_every_tensor_is_used(const SafeTensorsReader& reader, const std::stri
 
 }  // namespace
 
-void check_hf_weights(const std::string& path, const std::vector<ParamEntry>& entries) {
+bool check_hf_weights(const std::string& path, const std::vector<ParamEntry>& entries) {
   const SafeTensorsReader reader = SafeTensorsReader::open(path);
   check_every_tensor_is_used(reader, path, entries);
+  bool any_f64 = false;
   for (const ParamEntry& e : entries)
     for (const HfPiece& piece : e.pieces) {
       if (!reader.contains(piece.hf_name))
@@ -90,7 +91,9 @@ void check_hf_weights(const std::string& path, const std::vector<ParamEntry>& en
       if (info.shape != expected)
         fail("tensor \"", piece.hf_name, "\" in ", info.file, " has shape ", dims(info.shape), " but config.json of ",
              path, " gives it ", dims(expected));
+      any_f64 |= info.dtype == DType::f64;
     }
+  return any_f64;
 }
 
 void load_hf_weights(Context& ctx, const std::string& path, const std::vector<ParamEntry>& entries,

@@ -20,7 +20,8 @@ void load_hf_weights(Context& ctx, const std::string& path, const std::vector<Pa
 // there with the shape config.json gives it. Before the model is allocated, so that weights that
 // disagree with config.json are named at once (a model of the config's size was allocated first:
 // gigabytes and seconds, or an out-of-memory error naming no file).
-void check_hf_weights(const std::string& path, const std::vector<ParamEntry>& entries);
+// Returns whether any of them is stored as F64 (Ingot computes in f32: such a model is rounded).
+bool check_hf_weights(const std::string& path, const std::vector<ParamEntry>& entries);
 
 // Writes DIR/config.json and DIR/model*.safetensors (sharded above max_shard_bytes) from a host
 // flat buffer (f32 or f64), stored on disk as `dtype_on_disk`. Files are written under temporary

@@ -572,6 +572,22 @@ namespace {
 
 // The tensors sorted by name, after checking everything that could fail mid-write, so that no file
 // is touched when the input is bad. `path` names the file or directory being written.
+// Where writing float dtype `from` as `to` can overflow: the smallest magnitude that rounds to inf
+// there (0 when none can), the largest finite value, and the dtypes to write instead.
+struct NarrowRange {
+  double rounds_to_inf_from = 0, largest = 0;
+  const char* instead = "";
+};
+NarrowRange narrow_range(DType from, DType to) {
+  if (!is_float(from) || from == to || from == DType::f16) return {};  // f16 fits every other float dtype
+  // Halfway between the largest finite value and the next power of two: round-to-nearest-even
+  // takes it to inf, since the largest finite value's last mantissa bit is odd.
+  if (to == DType::f16) return {65520.0, 65504.0, "bf16 or f32"};
+  if (to == DType::bf16 && from != DType::bf16) return {std::ldexp(2 - std::ldexp(1, -8), 127), std::ldexp(2 - std::ldexp(1, -7), 127), "f32"};
+  if (to == DType::f32 && from == DType::f64) return {std::ldexp(2 - std::ldexp(1, -24), 127), std::numeric_limits<float>::max(), "f64"};
+  return {};
+}
+
 std::vector<const TensorToWrite*> sorted_checked(const std::string& path, const std::vector<TensorToWrite>& tensors) {
   std::vector<const TensorToWrite*> sorted;
   for (const auto& t : tensors) sorted.push_back(&t);
@@ -589,16 +605,18 @@ std::vector<const TensorToWrite*> sorted_checked(const std::string& path, const 
       fail(where, ": cannot convert ", dtype_name(t.tensor.dtype), " to ", safetensors_dtype_name(t.dtype_on_disk));
     for (int d = 0; d < t.tensor.ndim; ++d)
       if (t.tensor.shape[d] < 0) fail(where, ": negative dimension in shape ", t.tensor.shape_string());
-    if (t.dtype_on_disk == DType::f16 && is_float(t.tensor.dtype) && t.tensor.dtype != DType::f16) {
-      // f16 tops out at 65504: a larger finite weight would be written as inf (an export another
-      // reader, Ingot included, then refuses). Values from 65520 up round to inf.
+    if (const NarrowRange range = narrow_range(t.tensor.dtype, t.dtype_on_disk); range.rounds_to_inf_from > 0) {
+      // A finite weight beyond the disk dtype's range would be written as inf (an export another
+      // reader, Ingot included, then refuses).
       const auto* bytes = static_cast<const unsigned char*>(t.tensor.data);
       for (int64_t j = 0; j < t.tensor.numel(); ++j) {
         const double v = t.tensor.dtype == DType::f64   ? load_unaligned<double>(bytes + 8 * j)
                          : t.tensor.dtype == DType::f32 ? load_unaligned<float>(bytes + 4 * j)
+                         : t.tensor.dtype == DType::f16 ? f16_to_f32(load_unaligned<uint16_t>(bytes + 2 * j))
                                                         : bf16_to_f32(load_unaligned<uint16_t>(bytes + 2 * j));
-        if (std::isfinite(v) && std::fabs(v) >= 65520.0)
-          fail(where, ": element ", j, " = ", v, " is beyond f16's range (largest 65504); write bf16 or f32 instead");
+        if (std::isfinite(v) && std::fabs(v) >= range.rounds_to_inf_from)
+          fail(where, ": element ", j, " = ", v, " is beyond ", dtype_name(t.dtype_on_disk), "'s range (largest ",
+               range.largest, "); write ", range.instead, " instead");
       }
     }
     if (t.tensor.dtype == DType::i64 && t.dtype_on_disk == DType::i32) {
