@@ -181,6 +181,61 @@ TEST(Chat, MistypedTemplateFieldsAreNamed) {
   EXPECT_EQ(load_chat_format(dir).name(), "llama3");
 }
 
+// Default system turns and bos tokens as transformers renders them (a fuzzing review, 2026-12-02,
+// compared with jinja2 under transformers' settings): each of these was dropped without a word.
+TEST(Chat, TemplatesDefaultSystemAndBosAreRenderedAsWritten) {
+  const std::vector<ChatMessage> chat = {{"user", "Hi", std::nullopt}, {"assistant", "Hello", std::nullopt}};
+  const std::string turns = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello<|im_end|>\n";
+  auto render = [&](const std::string& tmpl, const std::string& bos) {
+    return render_chat(chat_format_from_template(tmpl, bos, "t"), chat).text;
+  };
+  const std::string loop = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                           "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+  // A default system turn in a double-quoted literal holding an apostrophe.
+  EXPECT_EQ(render("{% if messages[0]['role'] != 'system' %}{{ \"<|im_start|>system\\nYou're a helpful assistant."
+                   "<|im_end|>\\n\" }}{% endif %}" + loop, ""),
+            "<|im_start|>system\nYou're a helpful assistant.<|im_end|>\n" + turns);
+  // One written as template text, not as a string.
+  EXPECT_EQ(render("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are {terse}.<|im_end|>\n{% endif %}" +
+                   loop, ""),
+            "<|im_start|>system\nYou are {terse}.<|im_end|>\n" + turns);
+  // A system turn whose body is the conversation's own is no default (Qwen3's).
+  EXPECT_EQ(render("{% if messages[0]['role'] == 'system' %}{{ '<|im_start|>system\\n' + messages[0]['content'] + "
+                   "'<|im_end|>\\n' }}{% endif %}" + loop, ""),
+            turns);
+  // Two different defaults cannot be told apart.
+  const std::string two = error_of([&] {
+    render("{{ '<|im_start|>system\\nA<|im_end|>\\n' }}{{ '<|im_start|>system\\nB<|im_end|>\\n' }}" + loop, "");
+  });
+  EXPECT_NE(two.find("chat template of t writes two different default system turns (\"A\" and \"B\")"), std::string::npos) << two;
+  // ChatML that starts with bos_token (Hermes 3), and Llama 3 that writes its bos literally.
+  EXPECT_EQ(render("{{ bos_token }}" + loop, "<|endoftext|>"), "<|endoftext|>" + turns);
+  EXPECT_EQ(render(loop, "<|endoftext|>"), turns);
+  EXPECT_EQ(render(loop, "<|im_start|>"), turns);  // a bos that is a control token is not looked for
+  const ChatFormat llama = chat_format_from_template(
+      "{{- '<|begin_of_text|>' }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+      "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}",
+      "<|begin_of_text|>", "t");
+  EXPECT_EQ(render_chat(llama, chat).text,
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant"
+            "<|end_header_id|>\n\nHello<|eot_id|>");
+}
+
+// chat_template.jinja beside tokenizer_config.json overrides the config's chat_template, as in
+// transformers; the config's was used, and the data rendered with another template than the one
+// the dataset, its checkpoints and exports then carried.
+TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
+  const std::string dir = test::temp_dir("chat_jinja_first");
+  nlohmann::json config = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json");
+  const std::string with_default = config["chat_template"];
+  config["chat_template"] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                            "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  EXPECT_TRUE(load_chat_format(dir).default_system.empty());
+  std::ofstream(dir + "/chat_template.jinja") << with_default;
+  EXPECT_EQ(load_chat_format(dir).default_system, "You are a careful assistant. Answer briefly.");
+}
+
 TEST(Chat, UnknownTemplateNamesSupportedFormats) {
   std::string msg = error_of([] {
     chat_format_from_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",

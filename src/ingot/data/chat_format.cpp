@@ -1,5 +1,6 @@
 #include "ingot/data/chat_format.h"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/unicode_nfc.h"
@@ -53,28 +55,72 @@ std::string_view rstrip_newlines(std::string_view s) {
   return s;
 }
 
-// The literal default system turn of a Qwen2.5-style template, or "".
-std::string find_default_system(std::string_view tmpl) {
-  constexpr std::string_view marker = "<|im_start|>system\\n";
-  for (size_t at = tmpl.find(marker); at != std::string_view::npos;
-       at = tmpl.find(marker, at + 1)) {
-    const size_t begin = at + marker.size();
-    const size_t end = tmpl.find("<|im_end|>", begin);
-    if (end == std::string_view::npos) continue;
-    const std::string_view body = tmpl.substr(begin, end - begin);
-    if (body.empty() || body.find_first_of("'\"+{}") != std::string_view::npos) continue;
-    std::string out;  // undo the Jinja string escapes a literal may hold
-    for (size_t i = 0; i < body.size(); ++i) {
-      if (body[i] == '\\' && i + 1 < body.size()) {
-        const char e = body[++i];
-        out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-      } else {
-        out += body[i];
-      }
+// The text a Jinja template writes as it stands: its raw text between tags, and the string
+// literals inside {{ }} and {% %} with their escapes undone (comments {# #} dropped). Enough to find
+// a literal turn however it is quoted or written; not a Jinja parser.
+struct TemplateLiterals {
+  std::vector<std::string> texts;
+  bool names_bos_token = false;  // the identifier bos_token appears inside a tag
+};
+TemplateLiterals template_literals(std::string_view tmpl) {
+  auto next_tag = [&](size_t from) {  // "{{", "{%" or "{#"; a lone '{' is text
+    for (size_t k = tmpl.find('{', from); k != std::string_view::npos; k = tmpl.find('{', k + 1))
+      if (k + 1 < tmpl.size() && (tmpl[k + 1] == '{' || tmpl[k + 1] == '%' || tmpl[k + 1] == '#')) return k;
+    return tmpl.size();
+  };
+  TemplateLiterals out;
+  for (size_t i = 0; i < tmpl.size();) {
+    const size_t tag = next_tag(i);
+    if (tag > i) out.texts.emplace_back(tmpl.substr(i, tag - i));
+    if (tag == tmpl.size()) break;
+    const char kind = tmpl[tag + 1];
+    if (kind == '#') {
+      const size_t close = tmpl.find("#}", tag + 2);
+      i = close == std::string_view::npos ? tmpl.size() : close + 2;
+      continue;
     }
-    return out;
+    const char closer = kind == '{' ? '}' : '%';
+    size_t j = tag + 2;
+    for (; j < tmpl.size(); ++j) {
+      const char c = tmpl[j];
+      if (c == closer && j + 1 < tmpl.size() && tmpl[j + 1] == '}') break;
+      if (tmpl.compare(j, 9, "bos_token") == 0) out.names_bos_token = true;
+      if (c != '\'' && c != '"') continue;
+      std::string literal;  // Python's string escapes, as Jinja reads them
+      for (++j; j < tmpl.size() && tmpl[j] != c; ++j) {
+        if (tmpl[j] == '\\' && j + 1 < tmpl.size()) {
+          const char e = tmpl[++j];
+          literal += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        } else {
+          literal += tmpl[j];
+        }
+      }
+      out.texts.push_back(std::move(literal));
+    }
+    i = std::min(j + 2, tmpl.size());
   }
-  return "";
+  return out;
+}
+
+// The default system turn of a Qwen2.5-style template: a literal "<|im_start|>system\n" + text +
+// "<|im_end|>" in one piece of template text or one string. "" when there is none; a system turn
+// whose body comes from an expression (messages[0].content) is none. `source` names the template.
+std::string find_default_system(const TemplateLiterals& literals, const std::string& source) {
+  constexpr std::string_view marker = "<|im_start|>system\n";
+  std::string found;
+  for (const std::string& text : literals.texts)
+    for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
+      const size_t begin = at + marker.size();
+      const size_t end = text.find("<|im_end|>", begin);
+      if (end == std::string::npos) continue;
+      const std::string body = text.substr(begin, end - begin);
+      // Two different defaults (say, one for a branch with tools) cannot be told apart here.
+      if (!found.empty() && body != found)
+        fail("chat template of ", source, " writes two different default system turns (\"", found, "\" and \"", body,
+             "\"), which Ingot cannot choose between; ", kSupported);
+      found = body;
+    }
+  return found;
 }
 
 // Builds the rendered text and its trained spans piece by piece.
@@ -114,6 +160,7 @@ bool is_tool_response(std::string_view s) {
 }
 
 void render_chatml(const ChatFormat& f, std::span<const ChatMessage> messages, Renderer& r) {
+  r.text(f.bos_token);
   const size_t n = messages.size();
   size_t first = 0;
   if (n > 0 && messages[0].role == "system") {
@@ -215,6 +262,28 @@ std::string json_type(const nlohmann::json& j) {
   return j.type_name();
 }
 
+// The bos_token a template writes before each conversation, "" when it writes none: where it names
+// bos_token (which renders as nothing when the tokenizer config has none, as in transformers), or
+// writes the tokenizer's bos_token text ("<|begin_of_text|>") literally. Either way Ingot renders it
+// first. A bos_token that is one of the format's own control tokens is not looked for as text.
+std::string template_bos_token(const TemplateLiterals& literals, const std::string& bos_token,
+                               const std::vector<std::string>& control_tokens) {
+  if (bos_token.empty() || literals.names_bos_token) return bos_token;
+  if (std::find(control_tokens.begin(), control_tokens.end(), bos_token) != control_tokens.end()) return "";
+  for (const std::string& text : literals.texts)
+    if (text.find(bos_token) != std::string::npos) return bos_token;
+  return "";
+}
+
+// tokenizer_config.json's bos_token: a string, an object with a string "content", or "" for null.
+std::string config_bos_token(const nlohmann::json& config, const std::string& file) {
+  const auto b = config.find("bos_token");
+  if (b == config.end() || b->is_null()) return "";
+  if (b->is_string()) return b->get<std::string>();
+  if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) return (*b)["content"].get<std::string>();
+  fail("chat format: ", file, ": bos_token must be a string or an object with a string \"content\", got ", io::json_brief(*b));
+}
+
 }  // namespace
 
 std::string ChatFormat::name() const {
@@ -240,7 +309,7 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
            "supported; ",
            kSupported);
     f.kind = ChatFormatKind::llama3;
-    if (tmpl.find("bos_token") != std::string_view::npos) f.bos_token = bos_token;
+    f.bos_token = template_bos_token(template_literals(tmpl), bos_token, f.control_tokens());
     return f;
   }
   if (tmpl.find("<|im_start|>") != std::string_view::npos) {
@@ -253,7 +322,9 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
            ": a ChatML template with <think> handling other than Qwen3's (reasoning_content), such as "
            "QwQ's, is not supported; ",
            kSupported);
-    f.default_system = find_default_system(tmpl);
+    const TemplateLiterals literals = template_literals(tmpl);
+    f.default_system = find_default_system(literals, source);
+    f.bos_token = template_bos_token(literals, bos_token, f.control_tokens());
     return f;
   }
   fail("chat template of ", source, " is not a built-in chat format (", kSupported, ")");
@@ -270,16 +341,18 @@ ChatFormat load_chat_format(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("chat format: ", file.string(), " is not valid JSON: ", io::json_error_text(e));
   }
-  const auto it = config.find("chat_template");
-  // transformers >= 4.49 saves the template beside it, in chat_template.jinja, and not in the json.
+  if (!config.is_object()) fail("chat format: ", file.string(), " is a ", json_type(config), ", not a JSON object");
+  // transformers >= 4.49 saves the template beside it, in chat_template.jinja, and reads that file
+  // first: it overrides the config's chat_template (which older files may still hold).
   const fs::path jinja = file.parent_path() / "chat_template.jinja";
-  std::string tmpl;
-  if ((it == config.end() || it->is_null()) && fs::exists(jinja)) {
-    tmpl = io::read_text_file(jinja.string(), "chat format: template");
-    if (tmpl.empty()) fail("chat format: ", jinja.string(), " is empty");
+  std::string tmpl, source = file.string();
+  const auto it = config.find("chat_template");
+  if (optional_file_exists(jinja)) {
+    source = jinja.string();
+    tmpl = io::read_text_file(source, "chat format: template");
+    if (tmpl.empty()) fail("chat format: ", source, " is empty");
   } else if (it == config.end() || it->is_null()) {
-    fail("chat format: ", file.string(), " has no chat_template, and there is no chat_template.jinja beside it (",
-         kSupported, ")");
+    fail("chat format: ", source, " has no chat_template, and there is no chat_template.jinja beside it (", kSupported, ")");
   } else if (it->is_string()) {
     tmpl = it->get<std::string>();
   } else if (it->is_array()) {  // named templates: [{"name": "default", "template": ...}, ...]
@@ -287,17 +360,8 @@ ChatFormat load_chat_format(const std::string& path) {
       if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string())
         tmpl = t["template"].get<std::string>();
   }
-  if (tmpl.empty())
-    fail("chat format: ", file.string(), ": chat_template is not a string (", kSupported, ")");
-  std::string bos;
-  if (const auto b = config.find("bos_token"); b != config.end()) {
-    if (b->is_string()) bos = b->get<std::string>();
-    else if (b->is_object() && b->contains("content") && (*b)["content"].is_string()) bos = (*b)["content"].get<std::string>();
-    else if (!b->is_null())
-      fail("chat format: ", file.string(), ": bos_token must be a string or an object with a string \"content\", got ",
-           io::json_brief(*b));
-  }
-  return chat_format_from_template(tmpl, bos, file.string());
+  if (tmpl.empty()) fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
+  return chat_format_from_template(tmpl, config_bos_token(config, file.string()), source);
 }
 
 std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages) {

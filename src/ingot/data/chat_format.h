@@ -1,15 +1,16 @@
 // Chat formats: a conversation (messages of role system / user / assistant) rendered into the
 // token ids a model's chat template produces, plus a per-token loss mask.
 //
-// Built-in formats, chosen from tokenizer_config.json's `chat_template` by its markers:
+// Built-in formats, chosen by its markers from chat_template.jinja beside tokenizer_config.json
+// (which transformers reads first), else from the config's `chat_template`:
 //   llama3  ("<|start_header_id|>"): [bos_token] then per message
 //           "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>"
 //           (Meta-Llama-3-Instruct; content trimmed of Unicode whitespace as Jinja's `trim`).
 //           Templates with Llama 3.1's "Cutting Knowledge Date" system header are rejected.
-//   chatml  ("<|im_start|>"): per message "<|im_start|>ROLE\n" + content + "<|im_end|>\n".
-//           Qwen2.5 flavour: a template holding a literal default system turn
-//           ('<|im_start|>system\n...<|im_end|>\n') uses it when the conversation has no system
-//           message. Qwen3 flavour (the template mentions "</think>"): an assistant turn's
+//   chatml  ("<|im_start|>"): [bos_token] then per message "<|im_start|>ROLE\n" + content +
+//           "<|im_end|>\n". Qwen2.5 flavour: a template holding a literal default system turn
+//           ('<|im_start|>system\n...<|im_end|>\n' in one string or in its text) uses it when the
+//           conversation has no system message. Qwen3 flavour (the template mentions "</think>"): an assistant turn's
 //           content is split at "</think>" into reasoning and answer; assistant turns after the
 //           last user turn render "<think>\nREASONING\n</think>\n\n" + answer when they are the
 //           final message or have reasoning (the final one gets an empty think block), earlier
