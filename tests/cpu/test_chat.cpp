@@ -393,6 +393,23 @@ TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
   EXPECT_EQ(all.trained_tokens, all.num_tokens);
 }
 
+// An earlier chat dataset inside an input directory adds nothing: its shards are binary and are
+// passed over as text mode passes them; chat mode read them as JSON Lines and stopped at a NUL byte.
+TEST(PrepareChat, AnEarlierDatasetInTheInputDirectoryIsPassedOver) {
+  const std::string dir = test::temp_dir("prepare_chat_earlier");
+  fs::create_directories(dir + "/in");
+  write_file(dir + "/in/chat.jsonl", kChatLines);
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  PrepareOptions earlier = chat_options(dir, dir + "/in/chat.jsonl");
+  earlier.output_dir = dir + "/in/earlier";
+  const PrepareReport first = prepare_dataset(earlier, tok);
+  const PrepareReport again = prepare_dataset(chat_options(dir, dir + "/in"), tok);
+  EXPECT_EQ(again.num_documents, first.num_documents);
+  EXPECT_EQ(again.num_tokens, first.num_tokens);
+  EXPECT_EQ(again.skipped_binary_files, 1);
+  EXPECT_EQ(again.first_skipped_binary_file, dir + "/in/earlier/train-00000.bin");
+}
+
 TEST(PrepareChat, AlpacaAndOverflow) {
   const std::string dir = test::temp_dir("prepare_alpaca");
   write_file(dir + "/a.jsonl",

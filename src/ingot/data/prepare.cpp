@@ -60,6 +60,15 @@ std::string read_file(const fs::path& path) {
   return std::move(s).str();
 }
 
+// Whether the file's first 64 KiB hold a NUL byte: binary, such as a token shard, never JSON Lines.
+bool starts_binary(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string head(64 << 10, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head.find('\0') != std::string::npos;
+}
+
 bool is_tokenizer_file_name(const std::string& name) {
   return std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
                      [&](const char* n) { return name == n; });
@@ -826,6 +835,15 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       if (fs::file_size(input.path, size_ec) == 0 && !size_ec) {
         INGOT_CHECK(input.from_directory, "prepare: input ", name, " is empty");
         ++report.empty_files;
+        continue;
+      }
+      // Chat and alpaca read every file as JSON Lines, but pass over a binary one found in a
+      // directory (an earlier dataset's shards) as text does; it was read as invalid JSON.
+      if (chat && input.from_directory && !is_jsonl(input.path) && starts_binary(input.path)) {
+        if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
+        std::error_code ec;
+        const uintmax_t bytes = fs::file_size(input.path, ec);
+        progress.advance(ec ? 0 : static_cast<int64_t>(bytes));
         continue;
       }
       if (chat || is_jsonl(input.path)) {
