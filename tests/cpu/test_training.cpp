@@ -1518,6 +1518,27 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
 }
 
+// generate, info and bench print their result: when it cannot be written (a full disk; a closed
+// pipe, SIGPIPE being ignored) the command fails, where it exited 0 with the text lost. generate
+// stops at the first failed write instead of sampling on for no reader.
+TEST_F(Training, OutputThatCannotBeWrittenFailsTheCommand) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
+  const std::string checkpoint = root + "/run/checkpoint-1";
+  // In a subshell: run_command's 2>&1 would send the message to /dev/full too.
+  EXPECT_EQ(1, run_command("(" + cli() + " generate " + checkpoint + " --prompt 'the ' --max-new-tokens 4 >/dev/full)", &out));
+  EXPECT_NE(out.find("error: generate: cannot write"), std::string::npos) << out;
+  EXPECT_EQ(1, run_command("(" + cli() + " info " + checkpoint + " >/dev/full)", &out));
+  EXPECT_NE(out.find("error: info: cannot write to standard output (No space left on device)"), std::string::npos) << out;
+  // A reader that leaves after one byte: 10^9 tokens would take hours.
+  EXPECT_EQ(0, run_command("bash -c 'set -o pipefail; " + cli() + " generate " + checkpoint +
+                               " --prompt the --max-new-tokens 1000000000 2>" + root + "/gen.err | head -c 1 >/dev/null; "
+                               "echo rc=$? >" + root + "/gen.rc'", &out)) << out;
+  EXPECT_EQ(read_file(root + "/gen.rc"), "rc=1\n");
+  EXPECT_NE(read_file(root + "/gen.err").find("error: generate: cannot write the generated text (Broken pipe)"),
+            std::string::npos) << read_file(root + "/gen.err");
+}
+
 // Non-finite logits stop generation with the reason; sampling from them printed arbitrary tokens
 // and exited 0. Finite weights can still overflow: the final norm's weights here are 3e38.
 TEST_F(Training, GenerateRefusesNonFiniteLogits) {

@@ -6,7 +6,9 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <iostream>
@@ -100,8 +102,8 @@ int command_train(const std::string& config_path, const std::vector<std::string>
   return 0;
 }
 
-int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision,
-                 const RecipeOptions& recipe_options, const std::string& recompute) {
+void command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision,
+                  const RecipeOptions& recipe_options, const std::string& recompute) {
   INGOT_CHECK(seq >= 1 && micro_batch >= 1, "info: --seq and --micro-batch must be positive, got ", seq, " and ",
               micro_batch);
   INGOT_CHECK(seq <= kMaxTokensPerStep && micro_batch <= kMaxTokensPerStep / seq, "info: --micro-batch x --seq = ",
@@ -134,7 +136,6 @@ int command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch,
               << "), else on Ingot's kernels (total " << format_bytes(m.total() - attention.one_call)
               << "); this is for whole rows: packed rows (SFT data with loss masks) run the backward on Ingot's "
                  "kernels, without it\n";
-  return 0;
 }
 
 // CLI11's message for an option given without its value ("--max-new-tokens=", or last on the
@@ -447,6 +448,15 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
     usage_error("prepare: --overflow applies to documents longer than --max-seq-len, which is not given");
 }
 
+// generate, info and bench print their result: output that could not be written (a full disk, or a
+// closed pipe, since SIGPIPE is ignored) fails the command, where it exited 0 with the text lost.
+int stdout_written(const char* command) {
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+    fail(command, ": cannot write to standard output (", std::strerror(errno), ")");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -620,7 +630,7 @@ int main(int argc, char** argv) {
       if (list_keys) {
         for (const ConfigKeyInfo& k : train_config_keys())
           std::cout << k.name << " (default " << k.default_value << "): " << k.help << "\n";
-        return 0;
+        return stdout_written("train --list-keys");
       }
       if (config_path.empty()) usage_error("train: a CONFIG.yaml is required");
       return command_train(config_path, overrides, resume, overwrite);
@@ -631,13 +641,16 @@ int main(int argc, char** argv) {
     }
     if (*generate) {
       generate_text(gen, &std::cout);
-      return 0;
+      return stdout_written("generate");
     }
     if (*export_cmd) return command_export(export_source, export_out, export_dtype, max_shard, export_overwrite);
-    if (*info) return command_info(info_dir, info_seq, info_batch, info_precision, info_recipe, info_recompute);
+    if (*info) {
+      command_info(info_dir, info_seq, info_batch, info_precision, info_recipe, info_recompute);
+      return stdout_written("info");
+    }
     if (*bench) {
       run_bench(bench_options, std::cout);
-      return 0;
+      return stdout_written("bench");
     }
   } catch (const UsageError& e) {
     std::cerr << "error: " << printable(e.what()) << "\nRun with --help for more information.\n";

@@ -1,7 +1,9 @@
 #include "ingot/train/generate.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <filesystem>
 #include <numeric>
@@ -204,6 +206,8 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     const std::string piece = stream.push(next);
     text += piece;
     if (out) *out << piece << std::flush;
+    // A closed pipe or a full disk (SIGPIPE is ignored): stop, rather than sample on for no reader.
+    if (out && !*out) fail("generate: cannot write the generated text (", std::strerror(errno), ")");
   }
   const std::string rest = stream.flush();
   text += rest;
