@@ -505,6 +505,18 @@ TEST(MemoryPlan, CudnnBackwardSplitTakesTheLargestSliceThatFits) {
     // One row's one kv head (4 query heads) at 32768: 8 GiB of T x T matrices, plus the rest.
     EXPECT_GE(range.smallest_slice, 8 * GiB);
     EXPECT_LT(range.smallest_slice, 9 * GiB);
+    // At the longest row a step takes, cuDNN's workspace saturates int64: the plan's sums wrapped to
+    // a negative total (`info --seq 268435456` printed one). Capped, they stay positive and ordered.
+    ModelConfig wide = bench_preset("llama-3-8b");
+    wide.num_attention_heads = wide.num_key_value_heads = 128;
+    const TrainingMemory longest = estimate_training_memory(wide, make_recipe("bf16", Device::cuda), Device::cuda, 1,
+                                                            kMaxTokensPerStep);
+    const AttentionWorkspaceRange longest_range = attention_workspace_range(longest);
+    EXPECT_GT(longest.scratch, longest.attention_workspace);
+    EXPECT_GT(longest.total(), longest.scratch);
+    EXPECT_GT(longest_range.smallest_slice, 0);
+    EXPECT_LE(longest_range.smallest_slice, longest_range.one_call);
+    EXPECT_GT(longest.total() - longest_range.one_call + longest_range.smallest_slice, longest.activations);
   }
 #endif
   // No workspace on the CPU.

@@ -23,6 +23,11 @@ namespace ingot {
 
 #ifdef INGOT_HAVE_CUDA
 namespace {
+// cuDNN's backward workspace grows with T^2 and its estimate saturates at INT64_MAX for rows of
+// hundreds of millions of tokens, where the plan's sums wrapped to negative totals. Capped here:
+// more than any device holds, and sums of a few such stay within int64.
+constexpr int64_t kBeyondAnyDevice = int64_t{1} << 60;
+
 // The attention's scratch with cuDNN's backward workspace within limit (0: the tensor-core kernels).
 int64_t attention_scratch(const TrainingMemory::Attention& a, int64_t limit) {
   return cuda::attention_scratch_estimate(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows, a.bf16, limit);
@@ -74,7 +79,7 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
       fail("micro-batch ", micro_batch, " is above 65535, the most rows Ingot's CUDA attention takes; "
            "use gradient_accumulation_steps for a larger batch");
     const int64_t without = attention_scratch(m.attention, 0);
-    const int64_t with = attention_scratch(m.attention, std::numeric_limits<int64_t>::max());
+    const int64_t with = std::min(attention_scratch(m.attention, std::numeric_limits<int64_t>::max()), kBeyondAnyDevice);
     m.attention_workspace = with - without;
     // The scratch buffer is shared, as large as its largest user. The embedding backward's (its
     // partial sums, ~N C / 8 bytes) can pass the attention's when the attention runs without a
@@ -173,7 +178,8 @@ AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory) 
   if (memory.attention_workspace == 0) return range;
   range.one_call = memory.attention_workspace;
   const cuda::CudnnBackwardSplit smallest = cuda::cudnn_backward_splits(a.B, a.T, a.Hq, a.Hkv).back();
-  range.smallest_slice = attention_scratch(a, smallest.workspace_bytes(a.T, a.Hq, a.Hkv)) - attention_scratch(a, 0);
+  range.smallest_slice =
+      std::min(attention_scratch(a, smallest.workspace_bytes(a.T, a.Hq, a.Hkv)), kBeyondAnyDevice) - attention_scratch(a, 0);
 #else
   (void)memory;
 #endif
