@@ -1776,8 +1776,30 @@ TEST_F(Training, ExportGenerateAndInfo) {
   EXPECT_NE(out.find("bf16 (grads bf16, optimizer state bf16, no master weights), recompute elementwise"), std::string::npos)
       << out;
   EXPECT_NE(out.find("master 0 B"), std::string::npos) << out;
-  EXPECT_NE(0, run_command(cli() + " info " + root + "/hf --grad-dtype bf16", &out));
-  EXPECT_NE(out.find("grad_dtype"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " info " + root + "/hf --grad-dtype bf16", &out));
+  EXPECT_NE(out.find("error: info: --grad-dtype bf16 applies to --precision bf16 (the CUDA recipe), not to --precision "
+                     "fp32; leave it out"), std::string::npos) << out;
+  // A value of the wrong form is a command-line mistake, exit 2 as README says, naming the option;
+  // these exited 1, where other bad values (--temperature abc) exited 2.
+  const std::string model = root + "/hf";
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"export " + model + " " + root + "/x --dtype f8", "--dtype: unsupported dtype \"f8\" for export"},
+           {"export " + model + " " + root + "/x --max-shard-size 5XB", "--max-shard-size: invalid size unit in \"5XB\""},
+           {"generate " + model + " --device tpu", "--device: must be auto, cpu or cuda, got \"tpu\""},
+           {"generate " + model + " --top-k -1", "--top-k: must be 0 or more, got -1"},
+           {"generate " + model + " --max-new-tokens -5", "--max-new-tokens: must be 0 or more, got -5"},
+           {"info " + model + " --precision fp8", "--precision: must be fp32 or bf16, got \"fp8\""},
+           {"info " + model + " --recompute all", "--recompute: must be none, elementwise or block, got \"all\""},
+           {"info " + model + " --seq 0", "--seq: must be 1 or more, got 0"},
+           {"info " + model + " --no-master-weights", "info: --no-master-weights applies to --precision bf16"},
+           {"prepare " + model + " -o " + root + "/x --format chatt", "--format: must be text, chat or alpaca, got \"chatt\""},
+           {"prepare " + model + " -o " + root + "/x --format chat --eos-token a",
+            "prepare: --eos-token applies to --format text, not to --format chat"},
+           {"bench --model llama-3.2-1b --steps 0", "--steps: must be 1 or more, got 0"}}) {
+    EXPECT_EQ(2, run_command(cli() + " " + args, &out)) << args << ": " << out;
+    EXPECT_NE(out.find("error: " + message), std::string::npos) << args << ": " << out;
+  }
+  EXPECT_FALSE(fs::exists(root + "/x"));
 }
 
 // ---- bad input -----------------------------------------------------------------------------------

@@ -76,6 +76,42 @@ const CLI::Validator kReal(
     },
     "");
 
+// A value below `least` (checked after kInteger or kReal): "must be 1 or more, got 0".
+CLI::Validator at_least(double least) {
+  return CLI::Validator(
+      [least](std::string& text) {
+        std::ostringstream message;
+        message << "must be " << least << " or more, got " << text;
+        return std::strtod(text.c_str(), nullptr) >= least ? std::string() : message.str();
+      },
+      "");
+}
+// One of a few words: "must be auto, cpu or cuda, got \"tpu\"".
+CLI::Validator one_of(std::vector<std::string> words) {
+  return CLI::Validator(
+      [words](std::string& text) {
+        if (std::find(words.begin(), words.end(), text) != words.end()) return std::string();
+        std::string list;
+        for (size_t i = 0; i < words.size(); ++i) list += (i == 0 ? "" : i + 1 == words.size() ? " or " : ", ") + words[i];
+        return "must be " + list + ", got \"" + text + "\"";
+      },
+      "");
+}
+// Text one of Ingot's own readers takes (a dtype, a byte size): what it refuses is a value of the
+// wrong form, exit 2, like any other; it was exit 1.
+CLI::Validator read_by(std::function<void(const std::string&)> read) {
+  return CLI::Validator(
+      [read](std::string& text) {
+        try {
+          read(text);
+          return std::string();
+        } catch (const Error& e) {
+          return std::string(e.what());
+        }
+      },
+      "");
+}
+
 int command_train(const std::string& config_path, const std::vector<std::string>& overrides, bool resume, bool overwrite) {
   if (resume && overwrite) usage_error("--resume and --overwrite exclude each other");
   const TrainConfig config = load_train_config(config_path, overrides);
@@ -438,7 +474,7 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
     const char* where;
   };
   for (const Rule& rule : {Rule{"--doc-separator", text, "--format text"}, Rule{"--text-field", text, "--format text"},
-                           Rule{"--no-special-tokens", text, "--format text"},
+                           Rule{"--no-special-tokens", text, "--format text"}, Rule{"--eos-token", text, "--format text"},
                            Rule{"--chat-template", !text, "--format chat or alpaca"},
                            Rule{"--train-on-inputs", !text, "--format chat or alpaca"},
                            Rule{"--messages-field", format == "chat", "--format chat"}})
@@ -509,21 +545,26 @@ int main(int argc, char** argv) {
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
   std::string prep_format = "text", prep_overflow = "truncate";
-  prepare->add_option("--format", prep_format, "text (default), chat (JSONL messages) or alpaca (JSONL instruction/input/output)");
+  prepare->add_option("--format", prep_format, "text (default), chat (JSONL messages) or alpaca (JSONL instruction/input/output)")
+      ->check(one_of({"text", "chat", "alpaca"}));
   prepare->add_option("--chat-template", prep.chat_template, "chat/alpaca: tokenizer_config.json holding the chat template (default: next to --tokenizer)");
   prepare->add_option("--messages-field", prep.messages_field, "chat: the JSONL field holding the messages (default: messages)");
   prepare->add_flag("--train-on-inputs", prep.train_on_inputs, "chat/alpaca: loss on every token, not only the assistant's");
   prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)")->check(kInteger);
-  prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len");
+  prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len")
+      ->check(one_of({"truncate", "drop"}));
   prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)")->check(kInteger);
 
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
   generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
   generate->add_option("--prompt", gen.prompt, "text to continue");
-  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")->check(kInteger);
-  generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")->check(kReal);
-  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)")->check(kInteger);
+  generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")
+      ->check(kInteger)->check(at_least(0));
+  generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")
+      ->check(kReal)->check(at_least(0));
+  generate->add_option("--top-k", gen.top_k, "sample among the k most likely tokens; 0: all (default 40)")
+      ->check(kInteger)->check(at_least(0));
   // CLI11 reads "-1" into a uint64_t as 2^64 - 1 and clamps what overflows: check the text first.
   generate->add_option("--seed", gen.seed, "sampling seed (default 0)")
       ->check(
@@ -536,7 +577,7 @@ int main(int argc, char** argv) {
                                              : "must be an integer from 0 to 18446744073709551615, got \"" + text + "\"";
           },
           "0 to 2^64-1");
-  generate->add_option("--device", gen.device, "auto | cpu | cuda");
+  generate->add_option("--device", gen.device, "auto | cpu | cuda")->check(one_of({"auto", "cpu", "cuda"}));
   bool gen_no_special_tokens = false;
   generate->add_flag("--no-special-tokens", gen_no_special_tokens,
                      "do not start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>)");
@@ -547,42 +588,54 @@ int main(int argc, char** argv) {
   bool export_overwrite = false;
   export_cmd->add_option("checkpoint", export_source, "checkpoint or model directory, or a run's output_dir")->required();
   export_cmd->add_option("output", export_out, "directory to write")->required();
-  export_cmd->add_option("--dtype", export_dtype, "f32 (default; lossless for Ingot's checkpoints), bf16 or f16");
-  export_cmd->add_option("--max-shard-size", max_shard, "shard above this size (default 5GB)");
+  export_cmd->add_option("--dtype", export_dtype, "f32 (default; lossless for Ingot's checkpoints), bf16 or f16")
+      ->check(read_by([](const std::string& text) { (void)io::parse_disk_dtype(text); }));
+  export_cmd->add_option("--max-shard-size", max_shard, "shard above this size (default 5GB)")
+      ->check(read_by([](const std::string& text) { (void)io::parse_byte_size(text); }));
   export_cmd->add_flag("--overwrite", export_overwrite, "write into a non-empty output directory, replacing an earlier export's files (other files stay)");
 
   auto* info = app.add_subcommand("info", "describe a model and its training memory");
   std::string info_dir, info_precision = "fp32";
   int64_t info_seq = 2048, info_batch = 1;
   info->add_option("model", info_dir, "model or checkpoint directory, or a run's output_dir")->required();
-  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)")->check(kInteger);
-  info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)")->check(kInteger);
-  info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)");
+  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)")->check(kInteger)->check(at_least(1));
+  info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)")
+      ->check(kInteger)->check(at_least(1));
+  info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)")
+      ->check(one_of({"fp32", "bf16"}));
   RecipeOptions info_recipe;
   std::string info_recompute = "none";
   bool info_no_master_weights = false;
   info->add_flag("--no-master-weights", info_no_master_weights, "bf16: no f32 master copy");
-  info->add_option("--grad-dtype", info_recipe.grad_dtype, "bf16: f32 | bf16 parameter gradients (default f32)");
-  info->add_option("--optimizer-state-dtype", info_recipe.optimizer_state_dtype, "bf16: f32 | bf16 AdamW m and v (default f32)");
-  info->add_option("--recompute", info_recompute, "none | elementwise | block (default none)");
+  info->add_option("--grad-dtype", info_recipe.grad_dtype, "bf16: f32 | bf16 parameter gradients (default f32)")
+      ->check(one_of({"f32", "bf16"}));
+  info->add_option("--optimizer-state-dtype", info_recipe.optimizer_state_dtype, "bf16: f32 | bf16 AdamW m and v (default f32)")
+      ->check(one_of({"f32", "bf16"}));
+  info->add_option("--recompute", info_recompute, "none | elementwise | block (default none)")
+      ->check(one_of({"none", "elementwise", "block"}));
 
   auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
   BenchOptions bench_options;
   bench->add_option("--model", bench_options.model, "HF model or checkpoint directory, a run's output_dir, or a preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
-  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)")->check(kInteger);
-  bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)")->check(kInteger);
-  bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)")->check(kInteger);
-  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")->check(kInteger);
-  bench->add_option("--device", bench_options.device, "auto | cpu | cuda");
+  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)")->check(kInteger)->check(at_least(1));
+  bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)")
+      ->check(kInteger)->check(at_least(1));
+  bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)")
+      ->check(kInteger)->check(at_least(1));
+  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")->check(kInteger)->check(at_least(0));
+  bench->add_option("--device", bench_options.device, "auto | cpu | cuda")->check(one_of({"auto", "cpu", "cuda"}));
   bool bench_no_master_weights = false, bench_no_cuda_graph = false;
   bench->add_flag("--no-master-weights", bench_no_master_weights, "update bf16 weights directly");
-  bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)");
+  bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)")
+      ->check(one_of({"f32", "bf16"}));
   bench->add_option("--optimizer-state-dtype", bench_options.recipe.optimizer_state_dtype,
-                    "f32 | bf16: AdamW's m and v (default f32)");
+                    "f32 | bf16: AdamW's m and v (default f32)")
+      ->check(one_of({"f32", "bf16"}));
   bench->add_flag("--stochastic-rounding", bench_options.recipe.stochastic_rounding,
                   "round the optimizer's bf16 stores stochastically (weights without master, bf16 moments)");
   bench->add_flag("--no-cuda-graph", bench_no_cuda_graph, "launch every op of every step (no graph replay)");
-  bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)");
+  bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)")
+      ->check(one_of({"none", "elementwise", "block"}));
   bench->add_flag("--json", bench_options.json, "print one JSON line");
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
@@ -645,6 +698,15 @@ int main(int argc, char** argv) {
     }
     if (*export_cmd) return command_export(export_source, export_out, export_dtype, max_shard, export_overwrite);
     if (*info) {
+      // A recipe flag for --precision bf16 does not apply to fp32: a usage error, as for prepare's.
+      if (const RecipeOptionProblem problem = find_recipe_option_problem(info_recipe, info_precision); problem.key) {
+        const std::string key = problem.key;
+        const std::string flag = key == "master_weights" ? "--no-master-weights"
+                                 : key == "grad_dtype"   ? "--grad-dtype bf16"
+                                                         : "--optimizer-state-dtype bf16";
+        usage_error("info: ", flag, " applies to --precision bf16 (the CUDA recipe), not to --precision ", info_precision,
+                    "; leave it out");
+      }
       command_info(info_dir, info_seq, info_batch, info_precision, info_recipe, info_recompute);
       return stdout_written("info");
     }
