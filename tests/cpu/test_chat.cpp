@@ -410,6 +410,35 @@ TEST(PrepareChat, AnEarlierDatasetInTheInputDirectoryIsPassedOver) {
   EXPECT_EQ(again.first_skipped_binary_file, dir + "/in/earlier/train-00000.bin");
 }
 
+// A record whose bytes the tokenizer drops (no token for 0xD0, no unk_token) cannot have its mask
+// aligned: the error names that byte and the record's own line, even when a later record's batch
+// finds it (it named the later line and blamed the normalizer), and --skip-invalid-json skips it
+// like a bad line (it could not) without writing the batch's other records twice.
+TEST(PrepareChat, ARecordWhoseBytesTheTokenizerDropsIsNamedOrSkipped) {
+  const std::string dir = test::temp_dir("prepare_chat_dropped_byte");
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fixtures() + "/chatml_tokenizer/" + file, dir + "/" + file);
+  nlohmann::json tokenizer = read_json(dir + "/tokenizer.json");
+  tokenizer["model"]["vocab"].erase("\u00d0");  // byte 0xD0, which starts Cyrillic letters
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  const BpeTokenizer tok = BpeTokenizer::from_file(dir);
+  std::string lines;
+  for (int i = 1; i <= 1100; ++i)  // past one batch of 1024, so a later record's batch finds line 4
+    lines += std::string(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":")") +
+             (i == 4 ? "\u041f\u0440\u0438\u0432\u0435\u0442" : "hello") + "\"}]}\n";
+  write_file(dir + "/chat.jsonl", lines);
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.chat_template = dir;
+  const std::string message = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(message.find("prepare: " + dir + "/chat.jsonl:4: chat: the conversation holds byte 0xD0, which the "
+                         "tokenizer has no token for"), std::string::npos) << message;
+  o.skip_invalid_json = true;
+  const PrepareReport report = prepare_dataset(o, tok);
+  EXPECT_EQ(report.skipped_json_lines, 1);
+  EXPECT_EQ(report.num_documents, 1099);
+  EXPECT_EQ(Shard(dir + "/out/train-00000.bin").num_documents(), 1099u);
+}
+
 TEST(PrepareChat, AlpacaAndOverflow) {
   const std::string dir = test::temp_dir("prepare_alpaca");
   write_file(dir + "/a.jsonl",

@@ -579,9 +579,11 @@ class DocumentEncoder {
   void flush() {
     if (pending_.empty()) return;
     std::vector<std::vector<int32_t>> ids = encode_all();
-    for (size_t i = 0; i < pending_.size(); ++i) finish(pending_[i], std::move(ids[i]));
+    // Taken out first: a failure part-way must not leave the finished documents to be sunk again.
+    std::vector<PendingDocument> documents = std::move(pending_);
     pending_.clear();
     pending_bytes_ = 0;
+    for (size_t i = 0; i < documents.size(); ++i) finish(documents[i], std::move(ids[i]));
   }
 
  private:
@@ -615,7 +617,12 @@ class DocumentEncoder {
         try {
           out = tokenize_chat(*format_, *bpe_, doc.messages, options_.train_on_inputs);
         } catch (const Error& e) {
-          fail("prepare: ", doc.where, ": ", e.what());
+          // A record's own problem, found once its batch is tokenized: skipped as a bad line is.
+          if (!options_.skip_invalid_json)
+            fail("prepare: ", doc.where, ": ", e.what(), " (skip_invalid_json / --skip-invalid-json skips such lines)");
+          ++report_.skipped_json_lines;
+          progress_.advance(doc.input_bytes);
+          return;
         }
       }
       ids = std::move(out.tokens);
@@ -862,6 +869,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           const std::string where = name + ":" + std::to_string(line_number);
           std::string problem;
           nlohmann::json record;
+          std::optional<PendingDocument> chat_document;
           // The parser stops at a NUL byte as at the end of the input: what followed one was
           // dropped without a word. JSON has no raw NUL, in a string or outside one.
           if (const size_t nul = line.find('\0'); nul != std::string::npos) {
@@ -904,11 +912,13 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
               }
               doc.chat = render_chat(*format, doc.messages);
               doc.text = doc.chat.text;
-              encoder.add(std::move(doc));
+              chat_document = std::move(doc);
             } catch (const Error& e) {
               problem = e.what();
             }
           }
+          // Added outside the try above: adding can finish earlier records, whose errors name them.
+          if (chat_document) encoder.add(std::move(*chat_document));
           if (problem.empty()) continue;
           if (!options.skip_invalid_json)
             fail("prepare: ", where, ": ", problem,
