@@ -1516,6 +1516,14 @@ TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   fs::remove(checkpoint + "/tokenizer.json");
   write_file(checkpoint + "/tokenizer.json", "not a tokenizer");
   ASSERT_EQ(0, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --prompt 'the ' --max-new-tokens 2", &out)) << out;
+  // A window too large to allocate names what set its length (it named only the bytes it asked for).
+  nlohmann::json config = nlohmann::json::parse(read_file(checkpoint + "/config.json"));
+  config["max_position_embeddings"] = int64_t{1} << 62;
+  write_file(checkpoint + "/config.json", config.dump());
+  EXPECT_EQ(1, run_command(cli() + " generate " + checkpoint + " --tokenizer byte --max-new-tokens 1000000000000", &out));
+  EXPECT_NE(out.find("(the model is sized for a window of 1000000000001 tokens: the prompt's 1 plus --max-new-tokens "
+                     "1000000000000, at most max_position_embeddings 4611686018427387904 of " + checkpoint +
+                     "/config.json; a smaller --max-new-tokens needs less)"), std::string::npos) << out;
 }
 
 // generate, info and bench print their result: when it cannot be written (a full disk; a closed

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <limits>
 #include <filesystem>
 #include <numeric>
@@ -163,7 +164,16 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   const bool cuda = ctx.device == Device::cuda;
   const Recipe recipe = make_recipe(cuda ? "bf16" : "fp32", ctx.device, {.master_weights = !cuda});
   io::check_hf_weights(dir, plan_parameters(config));  // before the model is allocated
-  Transformer model(config, recipe, ctx, 1, context, 1);
+  // The model is sized for the whole window: an allocation that fails names what set its length.
+  std::optional<Transformer> built;
+  try {
+    built.emplace(config, recipe, ctx, 1, context, 1);
+  } catch (const Error& e) {
+    fail("generate: ", e.what(), " (the model is sized for a window of ", context, " tokens: the prompt's ", tokens.size(),
+         " plus --max-new-tokens ", o.max_new_tokens, ", at most max_position_embeddings ", config.max_position_embeddings,
+         " of ", dir, "/config.json; a smaller --max-new-tokens needs less)");
+  }
+  Transformer& model = *built;
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
   const std::vector<int64_t> stops = stop_ids(dir, config, *tokenizer);
 
