@@ -1142,12 +1142,15 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.find('\x1b'), std::string::npos) << args;
   }
-  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
-  EXPECT_NE(out.find("--steps must lie in [1, 1073741824], got 0"), std::string::npos) << out;
-  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --logits-chunk-tokens -1", &out));
-  EXPECT_NE(out.find("--logits-chunk-tokens must be 0 (automatic) or more, got -1"), std::string::npos) << out;
-  EXPECT_NE(0, run_command(cli() + " prepare " + root + "/text --max-seq-len -5 -o " + root + "/neg", &out));
-  EXPECT_NE(out.find("prepare: --max-seq-len must be 0 (no limit) or more, got -5"), std::string::npos) << out;
+  // Values out of range are command-line mistakes (exit 2), named by their option.
+  EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
+  EXPECT_NE(out.find("--steps: must be 1 or more, got 0"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 1073741825", &out));
+  EXPECT_NE(out.find("--steps must lie in [1, 1073741824], got 1073741825"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --logits-chunk-tokens -1", &out));
+  EXPECT_NE(out.find("--logits-chunk-tokens: must be 0 or more, got -1"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " prepare " + root + "/text --max-seq-len -5 -o " + root + "/neg", &out));
+  EXPECT_NE(out.find("--max-seq-len: must be 0 or more, got -5"), std::string::npos) << out;
   // Flags that do nothing for the format given were ignored without a word.
   for (const auto& [flags, message] :
        {std::pair{"--train-on-inputs", "--train-on-inputs applies to --format chat or alpaca, not to --format text"},
@@ -1158,8 +1161,8 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
     EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
   }
   EXPECT_FALSE(fs::exists(root + "/flags"));
-  EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
-  EXPECT_NE(out.find("device must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device tpu --seq 16 --micro-batch 1", &out));
+  EXPECT_NE(out.find("--device: must be auto, cpu or cuda, got \"tpu\""), std::string::npos) << out;
   // Shapes whose token count overflowed the memory plan (a negative total, "arena overflow").
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 9223372036854775807 --micro-batch 1", &out));
   EXPECT_NE(out.find("--micro-batch x --seq = 1 x 9223372036854775807 tokens is above the limit"), std::string::npos) << out;
@@ -1175,18 +1178,18 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
   EXPECT_NE(out.find("\"num_hidden_layers\""), std::string::npos) << out;
 
   ASSERT_EQ(0, train(tiny_config(data, root + "/ok", 1, 0), "ok", "", &out)) << out;
-  for (const auto& [flags, message] : {std::pair{"--temperature -1", "--temperature must be a finite number >= 0"},
+  for (const auto& [flags, message] : {std::pair{"--temperature -1", "--temperature: must be 0 or more, got -1"},
                                        std::pair{"--temperature nan", "--temperature: must be a finite number in plain decimal (no leading 0, no base prefix), got \"nan\""},
                                        // strtod reads hex floats: 0x10 ran at temperature 16.
                                        std::pair{"--temperature 0x10", "--temperature: must be a finite number in plain decimal (no leading 0, no base prefix), got \"0x10\""},
                                        std::pair{"--temperature 010", "got \"010\""},
                                        std::pair{"--temperature 1e999", "--temperature: is out of range: \"1e999\""},
-                                       std::pair{"--top-k -1", "--top-k must be 0"},
-                                       std::pair{"--max-new-tokens -5", "--max-new-tokens must be 0 or more"},
-                                       std::pair{"--device tpu", "device must be auto, cpu or cuda"},
+                                       std::pair{"--top-k -1", "--top-k: must be 0 or more, got -1"},
+                                       std::pair{"--max-new-tokens -5", "--max-new-tokens: must be 0 or more, got -5"},
+                                       std::pair{"--device tpu", "--device: must be auto, cpu or cuda, got \"tpu\""},
                                        std::pair{"--seed -1", "--seed: must be an integer from 0 to 18446744073709551615"},
                                        std::pair{"--seed 99999999999999999999", "got \"99999999999999999999\""}}) {
-    EXPECT_NE(0, run_command(cli() + " generate " + root + "/ok " + flags, &out)) << flags;
+    EXPECT_EQ(2, run_command(cli() + " generate " + root + "/ok " + flags, &out)) << flags;
     EXPECT_NE(out.find(message), std::string::npos) << flags << "\n" << out;
   }
 

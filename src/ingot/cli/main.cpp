@@ -541,7 +541,8 @@ int main(int argc, char** argv) {
   bool prep_no_special_tokens = false;  // flags that turn a default off: plain bools, inverted after parsing
   prepare->add_flag("--no-special-tokens", prep_no_special_tokens,
                     "text: leave out the tokenizer's special tokens around each document (Llama 3's <|begin_of_text|>)");
-  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)")->check(kInteger);
+  prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)")
+      ->check(kInteger)->check(at_least(1));
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
   std::string prep_format = "text", prep_overflow = "truncate";
@@ -550,10 +551,12 @@ int main(int argc, char** argv) {
   prepare->add_option("--chat-template", prep.chat_template, "chat/alpaca: tokenizer_config.json holding the chat template (default: next to --tokenizer)");
   prepare->add_option("--messages-field", prep.messages_field, "chat: the JSONL field holding the messages (default: messages)");
   prepare->add_flag("--train-on-inputs", prep.train_on_inputs, "chat/alpaca: loss on every token, not only the assistant's");
-  prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)")->check(kInteger);
+  prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)")
+      ->check(kInteger)->check(at_least(0));
   prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len")
       ->check(one_of({"truncate", "drop"}));
-  prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)")->check(kInteger);
+  prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)")
+      ->check(kInteger)->check(at_least(0));
 
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
@@ -640,10 +643,10 @@ int main(int argc, char** argv) {
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
                     "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows")
-      ->check(kInteger);
+      ->check(kInteger)->check(at_least(0));
   bench->add_option("--logits-chunk-tokens", bench_options.logits_chunk_tokens,
                     "tokens per LM-head + loss chunk, as the config key logits_chunk_tokens (default 0: automatic)")
-      ->check(kInteger);
+      ->check(kInteger)->check(at_least(0));
 
   // A mistyped command would otherwise read as "A subcommand is required": name it and the choices.
   if (argc >= 2 && argv[1][0] != '-') {
