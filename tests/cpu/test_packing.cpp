@@ -257,6 +257,35 @@ TEST_P(PackedLoader, ShuffleIsSeededAndResumeIsExact) {
   EXPECT_NE(msg.find("packing"), std::string::npos) << msg;
 }
 
+// Another val_fraction moves documents between training and validation, which can leave epoch 0
+// with as many packed rows: the state records the split itself, and a resume with it is refused
+// (a fuzzing review, 2026-12-02: it resumed without a word and trained on former validation data).
+TEST(Packing, AChangedSplitOfAsManyRowsIsRefused) {
+  const PackingMode mode = PackingMode::packed;
+  const std::string dir = test::temp_dir("packing_split");
+  Corpus c;
+  for (int d = 0; d < 40; ++d) {  // 40 documents of 5 tokens: 36 or 38 fill two rows of 100 either way
+    c.shard.document_starts.push_back(static_cast<uint64_t>(c.shard.tokens.size()));
+    for (int i = 0; i < 5; ++i) c.shard.tokens.push_back(static_cast<int32_t>(c.shard.tokens.size()));
+  }
+  c.shard.token_width = 4;
+  write_shard(dir + "/a.bin", c.shard);
+  const DataLoader a(loader_config(dir + "/a.bin", 100, mode, 5, 0.1));
+  DataLoader b(loader_config(dir + "/a.bin", 100, mode, 5, 0.05));
+  ASSERT_EQ(a.num_train_windows(), b.num_train_windows());
+  ASSERT_NE(a.num_train_documents(), b.num_train_documents());
+  DataLoader::StateSetting setting = DataLoader::StateSetting::none;
+  const std::string mismatch = b.state_mismatch(a.save_state(), &setting);
+  EXPECT_EQ(setting, DataLoader::StateSetting::split);
+  EXPECT_NE(mismatch.find("has 2 train and 1 validation rows (36 train documents) but this run has 2 and 1 (38 train "
+                          "documents)"), std::string::npos) << mismatch;
+  EXPECT_NE(mismatch.find("the training/validation split differs (was val_fraction changed?)"), std::string::npos)
+      << mismatch;
+  EXPECT_NE(error_of([&] { b.restore_state(a.save_state()); }).find("split differs"), std::string::npos);
+  DataLoader same(loader_config(dir + "/a.bin", 100, mode, 5, 0.1));
+  same.restore_state(a.save_state());
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, PackedLoader,
                          ::testing::Values(PackingMode::packed, PackingMode::padded),
                          [](const auto& info) { return packing_mode_name(info.param); });

@@ -452,10 +452,14 @@ uint64_t DataLoader::token_fingerprint() const {
 }
 
 nlohmann::json DataLoader::save_state() const {
-  return {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
-          {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_},
-          {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_},
-          {"token_fingerprint", fingerprint_}};
+  nlohmann::json state = {{"epoch", cursor_.epoch}, {"index", cursor_.index},          {"seed", seed_},
+                          {"seq_len", seq_len_},    {"num_train_windows", num_train_}, {"num_tokens", num_tokens_},
+                          {"packing", packing_mode_name(mode_)}, {"epoch_seed_stride", epoch_seed_stride_},
+                          {"token_fingerprint", fingerprint_},     {"num_val_windows", num_val_}};
+  // The split, where the row count alone misses it: short documents moved by val_fraction between
+  // training and validation often leave epoch 0 with as many packed rows.
+  if (by_document()) state["num_train_documents"] = num_train_docs_;
+  return state;
 }
 
 std::string DataLoader::malformed_state(const nlohmann::json& state) {
@@ -473,41 +477,64 @@ std::string DataLoader::malformed_state(const nlohmann::json& state) {
   };
   for (const char* key : {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens"})
     if (std::string problem = count(key, true); !problem.empty()) return problem;
-  for (const char* key : {"epoch_seed_stride", "token_fingerprint"})
+  for (const char* key : {"epoch_seed_stride", "token_fingerprint", "num_val_windows", "num_train_documents"})
     if (std::string problem = count(key, false); !problem.empty()) return problem;
   if (state.contains("packing") && !state["packing"].is_string())
     return "key \"packing\" must be a string, got " + io::json_brief(state["packing"]);
   return "";
 }
 
-std::string DataLoader::state_mismatch(const nlohmann::json& state) const {
+std::string DataLoader::state_mismatch(const nlohmann::json& state, StateSetting* setting) const {
   std::ostringstream s;
+  StateSetting differs = StateSetting::none;
   try {
     const auto seed = state.at("seed").get<uint64_t>();
     const auto seq_len = state.at("seq_len").get<int64_t>();
     const auto num_train = state.at("num_train_windows").get<int64_t>();
     const auto num_tokens = state.at("num_tokens").get<int64_t>();
     const std::string packing = state.value("packing", std::string("stream"));
-    if (packing != packing_mode_name(mode_))
+    // A count the state records (states before 2026-12-02 lack the split's), against this run's.
+    auto recorded_differs = [&](const char* key, int64_t now) {
+      return state.contains(key) && state[key].get<int64_t>() != now;
+    };
+    if (packing != packing_mode_name(mode_)) {
+      differs = StateSetting::packing;
       s << "data: saved loader state is for " << packing << " batches but this run uses " << packing_mode_name(mode_)
         << " (the packing key)";
-    else if (seed != seed_ || seq_len != seq_len_)
-      s << "data: saved loader state has seed " << seed << " and seq_len " << seq_len << " but this run uses seed "
-        << seed_ << " and seq_len " << seq_len_;
-    else if (num_tokens != num_tokens_)
+    } else if (seed != seed_) {
+      differs = StateSetting::seed;
+      s << "data: saved loader state has seed " << seed << " but this run uses seed " << seed_;
+    } else if (seq_len != seq_len_) {
+      differs = StateSetting::seq_len;
+      s << "data: saved loader state has seq_len " << seq_len << " but this run uses seq_len " << seq_len_;
+    } else if (num_tokens != num_tokens_) {
+      differs = StateSetting::data;
       s << "data: saved loader state is for a dataset of " << num_tokens << " tokens but " << describe_files(files_)
         << " hold " << num_tokens_ << " tokens";
-    else if (state.contains("token_fingerprint") && state["token_fingerprint"].get<uint64_t>() != fingerprint_)
+    } else if (state.contains("token_fingerprint") && state["token_fingerprint"].get<uint64_t>() != fingerprint_) {
+      differs = StateSetting::data;
       s << "data: " << describe_files(files_) << " hold other tokens than the dataset the checkpoint trained on (the "
         << "same " << num_tokens_ << " tokens in count, but not those sampled at 4096 places): the data was prepared "
         << "again or changed";
-    else if (num_train != num_train_)  // the same tokens split otherwise: val_fraction moves the split
-      s << "data: saved loader state has " << num_train << " train windows but this run has " << num_train_
-        << " from the same " << num_tokens_ << " tokens in " << describe_files(files_)
+    } else if (num_train != num_train_ || recorded_differs("num_val_windows", num_val_) ||
+               (by_document() && recorded_differs("num_train_documents", num_train_docs_))) {
+      // The same tokens split otherwise: val_fraction moves the split.
+      differs = StateSetting::split;
+      const char* unit = by_document() ? "rows" : "windows";
+      s << "data: saved loader state has " << num_train << " train";
+      if (state.contains("num_val_windows")) s << " and " << state["num_val_windows"].get<int64_t>() << " validation";
+      s << " " << unit;
+      if (state.contains("num_train_documents"))
+        s << " (" << state["num_train_documents"].get<int64_t>() << " train documents)";
+      s << " but this run has " << num_train_ << " and " << num_val_;
+      if (by_document()) s << " (" << num_train_docs_ << " train documents)";
+      s << ", from the same " << num_tokens_ << " tokens in " << describe_files(files_)
         << ": the training/validation split differs (was val_fraction changed?)";
+    }
   } catch (const nlohmann::json::exception&) {
     return "";
   }
+  if (setting) *setting = differs;
   return s.str();
 }
 

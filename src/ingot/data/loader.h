@@ -119,15 +119,18 @@ class DataLoader {
   ValIterator validation() const { return ValIterator(*this); }
 
   DataCursor cursor() const { return cursor_; }
-  // {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens", "packing"};
+  // {"epoch", "index", "seed", "seq_len", "num_train_windows", "num_tokens", "packing",
+  //  "epoch_seed_stride", "token_fingerprint", "num_val_windows", and with packing "num_train_documents"};
   // restore_state() rejects a state from a different seed, seq_len, packing mode or dataset (a
   // state without "packing" is a stream-mode state).
   nlohmann::json save_state() const;
   void restore_state(const nlohmann::json& state);
   // What of a saved state disagrees with this loader's settings and data (seed, seq_len, packing,
   // the dataset, the split), as restore_state's message; "" when nothing does, or when the state is
-  // malformed (restore_state names that). Lets a caller tell a changed config from damage.
-  std::string state_mismatch(const nlohmann::json& state) const;
+  // malformed (restore_state names that). Lets a caller tell a changed config from damage, and, by
+  // *setting, which setting differs.
+  enum class StateSetting { none, packing, seed, seq_len, data, split };
+  std::string state_mismatch(const nlohmann::json& state, StateSetting* setting = nullptr) const;
   // What is malformed in a saved state, naming the key (a key missing, or a value that is not a
   // non-negative integer, or packing not a string); "" when nothing is.
   static std::string malformed_state(const nlohmann::json& state);

@@ -756,9 +756,18 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     }
     // A cursor that disagrees with the config (seed, sequence_len, packing, val_fraction, the data)
     // names the config and the checkpoint; a damaged one is named by restore_state.
-    if (const std::string mismatch = loader.state_mismatch(state["data"]); !mismatch.empty())
-      fail(c.source_of({"seed", "sequence_len", "val_fraction", "packing", "train_data"}), ": --resume from ", dir, ": ",
-           mismatch, "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
+    using Setting = data::DataLoader::StateSetting;
+    Setting setting = Setting::none;
+    if (const std::string mismatch = loader.state_mismatch(state["data"], &setting); !mismatch.empty()) {
+      // Named by the key that differs: a --set of another (say sequence_len, unchanged) was blamed.
+      const std::string& source = setting == Setting::packing ? c.source_of({"packing"})
+                                  : setting == Setting::seed   ? c.source_of({"seed"})
+                                  : setting == Setting::seq_len ? c.source_of({"sequence_len"})
+                                  : setting == Setting::split   ? c.source_of({"val_fraction"})
+                                                                : c.source_of({"train_data"});
+      fail(source, ": --resume from ", dir, ": ", mismatch,
+           "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
+    }
     try {
       loader.restore_state(state["data"]);
     } catch (const Error& e) {  // a cursor past the data, an unknown stride: said with the file that holds it
