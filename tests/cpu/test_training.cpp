@@ -197,6 +197,18 @@ TEST_F(Training, SequenceLongerThanTheModelsContextWarns) {
   EXPECT_NE(read_file(root + "/long/loss.svg").find(">loss: long</text>"), std::string::npos);
 }
 
+// The plot's title is the run's folder name, written as XML character data: a name holding '&' or
+// '<' ("lr1e-3&wd0.1"), a control byte or bytes that are not UTF-8 made loss.svg a file no viewer
+// parses (a fuzzing review, 2026-12-02).
+TEST(LossCurve, TitleIsWrittenAsXmlText) {
+  ingot::MetricsRecord record;
+  record.step = 1;
+  record.loss = 2.5;
+  const std::string svg = ingot::loss_curve_svg({record}, "lr1e-3&wd<0.1>\x01\xff");
+  EXPECT_NE(svg.find(">loss: lr1e-3&amp;wd&lt;0.1&gt;?\xEF\xBF\xBD</text>"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find("&w"), std::string::npos) << svg;
+}
+
 TEST_F(Training, ElementwiseRecomputeGivesIdenticalBits) {
   // recompute: elementwise keeps the GEMMs' outputs and recomputes the norms, SwiGLU (and for
   // qwen3, qk-norm and RoPE) into shared buffers during the backward: the same values, so the

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ingot/core/error.h"
+#include "ingot/data/unicode_nfc.h"
 #include "ingot/io/json_util.h"
 
 namespace ingot {
@@ -101,6 +102,21 @@ void MetricsLog::write_plot() const {
   io::write_file_atomically((fs::path(dir_) / "loss.svg").string(), loss_curve_svg(records_, name.filename().string()));
 }
 
+// Text as SVG (XML 1.0) character data: '&' and '<' escaped, bytes that are not UTF-8 as U+FFFD,
+// and control characters, which XML forbids, as '?'. The title is the run's folder name, which may
+// hold any of them ("lr1e-3&wd0.1"): written raw, the plot did not parse.
+static std::string xml_text(std::string_view text) {
+  std::string out;
+  for (const char c : data::utf8_lossy(text)) {
+    if (c == '&') out += "&amp;";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (static_cast<unsigned char>(c) < 0x20) out += '?';
+    else out += c;
+  }
+  return out;
+}
+
 std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std::string& title) {
   const double width = 720, height = 420, left = 64, right = 20, top = 36, bottom = 48;
   double max_step = 1, lo = INFINITY, hi = -INFINITY;
@@ -121,7 +137,7 @@ std::string loss_curve_svg(const std::vector<MetricsRecord>& records, const std:
   svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
       << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
       << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">loss: " << title << "</text>\n";
+      << "<text x=\"" << width / 2 << "\" y=\"22\" text-anchor=\"middle\" font-size=\"14\">loss: " << xml_text(title) << "</text>\n";
   for (int i = 0; i <= 5; ++i) {  // horizontal grid with loss ticks
     const double v = lo + (hi - lo) * i / 5.0;
     svg << "<line x1=\"" << left << "\" x2=\"" << width - right << "\" y1=\"" << y(v) << "\" y2=\"" << y(v)
