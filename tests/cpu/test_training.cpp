@@ -2066,6 +2066,25 @@ TEST_F(Training, DamagedCheckpointsAreRefusedByName) {
   EXPECT_NE(out.find("(to resume from the checkpoint before it, " + root + "/run/checkpoint-3, move " + root +
                      "/run/checkpoint-5 out of " + root + "/run)"),
             std::string::npos) << out;
+  // So does damage to its config.json or its data cursor, read before or after the weights (they
+  // named only the file; a fuzzing review, 2026-12-02).
+  const std::string weights = read_file(root + "/run/checkpoint-3/model.safetensors");
+  write_file(root + "/run/checkpoint-5/model.safetensors", weights);  // any readable weights of the right shapes
+  const std::string config_file = root + "/run/checkpoint-5/config.json";
+  const std::string config_text = read_file(config_file);
+  const std::string cursor_file = root + "/run/checkpoint-5/trainer_state.json";
+  const std::string cursor_text = read_file(cursor_file);
+  nlohmann::json far = nlohmann::json::parse(cursor_text);
+  far["data"]["index"] = 99999999;
+  for (const auto& [file, text] : {std::pair{config_file, std::string("{garbage")}, std::pair{cursor_file, far.dump()}}) {
+    const std::string kept = read_file(file);
+    write_file(file, text);
+    EXPECT_NE(0, train(tiny_config(data, root + "/run", 7, 0), "run", "--resume", &out));
+    EXPECT_NE(out.find(file), std::string::npos) << out;
+    EXPECT_NE(out.find("(to resume from the checkpoint before it, " + root + "/run/checkpoint-3, move " + root +
+                       "/run/checkpoint-5 out of " + root + "/run)"), std::string::npos) << file << ": " << out;
+    write_file(file, kept);
+  }
 }
 
 // Chat SFT end to end: prepare --format chat with the real Qwen3 tokenizer and template, then train

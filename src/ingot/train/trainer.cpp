@@ -457,8 +457,24 @@ std::vector<std::string> resume_changes(const nlohmann::json& state, const Train
 // this covers what changes the math without changing a shape (rope_theta, rms_norm_eps, rope
 // scaling, max_position_embeddings), which resumed with a jump in the loss and config.json files
 // that differ between checkpoints of one run. Token ids, the init std and the dtype may differ.
-void check_same_architecture(const std::string& checkpoint, const ModelConfig& now, const TrainConfig& c) {
-  const nlohmann::json saved = nlohmann::json::parse(model_config_to_json(load_model_config(checkpoint)));
+// Calls read() on what the newest of `checkpoints` holds. An error there is that checkpoint's
+// damage, never skipped silently (its steps would be trained again): said with the way to resume
+// from the checkpoint before it, where there is one.
+template <typename Read>
+auto read_newest_checkpoint(const std::vector<std::string>& checkpoints, const std::string& output_dir, Read read) {
+  try {
+    return read();
+  } catch (const Error& e) {
+    if (checkpoints.size() < 2) throw;
+    fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ",
+         checkpoints.back(), " out of ", output_dir, ")");
+  }
+}
+
+// `saved`: the config.json of `checkpoint`.
+void check_same_architecture(const std::string& checkpoint, const ModelConfig& saved_config, const ModelConfig& now,
+                             const TrainConfig& c) {
+  const nlohmann::json saved = nlohmann::json::parse(model_config_to_json(saved_config));
   const nlohmann::json current = nlohmann::json::parse(model_config_to_json(now));
   for (const auto& [key, value] : saved.items()) {
     if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "torch_dtype") continue;
@@ -579,7 +595,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   if (eos_unset && !resumed.empty()) {
     // A resumed run keeps the end of text its checkpoints have: the data's meta.json, edited or
     // deleted since, rewrote it (or dropped it) without a word.
-    const ModelConfig saved = load_model_config(resumed.back());
+    const ModelConfig saved =
+        read_newest_checkpoint(resumed, c.output_dir, [&] { return load_model_config(resumed.back()); });
     model_config.eos_token_id = saved.eos_token_id;
     model_config.eos_token_ids = saved.eos_token_ids;
   } else if (eos_unset && !c.train_data.empty()) {
@@ -743,17 +760,11 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
              c.model, "; to go back to ", checkpoints[i], ", move the checkpoints after it out of ", c.output_dir);
     // The architecture before the weights: a changed hidden_size would otherwise fail as a shape
     // mismatch that blames the checkpoint and points at the one before it.
-    check_same_architecture(dir, model_config, c);
-    nlohmann::json state;
-    try {
-      state = load_resume_checkpoint(dir, ctx, model, optimizer, compared_settings(c));
-    } catch (const Error& e) {
-      // A damaged newest checkpoint is not skipped silently (its steps would be trained again),
-      // but the way to the one before it is named.
-      if (checkpoints.size() < 2) throw;
-      fail(e.what(), "\n(to resume from the checkpoint before it, ", checkpoints[checkpoints.size() - 2], ", move ", dir,
-           " out of ", c.output_dir, ")");
-    }
+    const ModelConfig saved_config =
+        read_newest_checkpoint(checkpoints, c.output_dir, [&] { return load_model_config(dir); });
+    check_same_architecture(dir, saved_config, model_config, c);
+    const nlohmann::json state = read_newest_checkpoint(
+        checkpoints, c.output_dir, [&] { return load_resume_checkpoint(dir, ctx, model, optimizer, compared_settings(c)); });
     // A cursor that disagrees with the config (seed, sequence_len, packing, val_fraction, the data)
     // names the config and the checkpoint; a damaged one is named by restore_state.
     using Setting = data::DataLoader::StateSetting;
@@ -768,14 +779,16 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(source, ": --resume from ", dir, ": ", mismatch,
            "; a resumed run keeps its data settings (to change them, start a new run with model: ", dir, ")");
     }
-    try {
-      loader.restore_state(state["data"]);
-    } catch (const Error& e) {  // a cursor past the data, an unknown stride: said with the file that holds it
-      std::string why = e.what();
-      if (why.rfind("data: ", 0) == 0) why.erase(0, 6);
-      fail((fs::path(dir) / "trainer_state.json").string(), ": key \"data\" (the data loader's cursor): ", why,
-           ": the checkpoint is damaged");
-    }
+    read_newest_checkpoint(checkpoints, c.output_dir, [&] {
+      try {
+        loader.restore_state(state["data"]);
+      } catch (const Error& e) {  // a cursor past the data, an unknown stride: said with the file that holds it
+        std::string why = e.what();
+        if (why.rfind("data: ", 0) == 0) why.erase(0, 6);
+        fail((fs::path(dir) / "trainer_state.json").string(), ": key \"data\" (the data loader's cursor): ", why,
+             ": the checkpoint is damaged");
+      }
+    });
     start_step = state["step"].get<int64_t>();
     // Checkpoints before 2026-12-02 do not record it: their runs counted updates by step.
     updates_done = state.value("updates", start_step);
