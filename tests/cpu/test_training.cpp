@@ -1159,7 +1159,12 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
     EXPECT_EQ(out.find('\x1b'), std::string::npos) << args;
   }
-  // Values out of range are command-line mistakes (exit 2), named by their option.
+  // Values out of range are command-line mistakes (exit 2), named by their option; so is a --set
+  // without its key=value form (it exited 1).
+  for (const char* set : {"max_steps", "=5"}) {
+    EXPECT_EQ(2, run_command(cli() + " train " + root + "/none.yaml --set " + set, &out)) << set;
+    EXPECT_NE(out.find("error: --set: expected key=value, got \"" + std::string(set) + "\""), std::string::npos) << out;
+  }
   EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 0", &out));
   EXPECT_NE(out.find("--steps: must be 1 or more, got 0"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --steps 1073741825", &out));

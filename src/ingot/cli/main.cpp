@@ -523,7 +523,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool resume = false, overwrite = false, list_keys = false;
   train->add_option("config", config_path, "YAML config (keys: docs/config.md)");
-  train->add_option("--set", overrides, "override a config key: --set key=value (repeatable)");
+  train->add_option("--set", overrides, "override a config key: --set key=value (repeatable)")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            const size_t eq = text.find('=');
+            return eq == std::string::npos || eq == 0 ? "expected key=value, got \"" + text + "\"" : std::string();
+          },
+          ""));
   train->add_flag("--resume", resume, "continue from the newest checkpoint in output_dir");
   train->add_flag("--overwrite", overwrite, "replace a run already in output_dir");
   train->add_flag("--list-keys", list_keys, "print every config key with its default and exit");
