@@ -615,6 +615,12 @@ TEST(DataLoader, ResolvesGlobsDirectoriesAndFiles) {
   fs::remove(dir + "/train-00002.bin");
   fs::create_directories(dir + "/train-folder");  // matched, but no *.bin: passed over
   EXPECT_EQ(resolve_shard_paths({dir + "/train-*"}), from_dir);
+  // So are the files prepare writes beside its shards: `data/*` took meta.json for a shard.
+  write_text(dir + "/tokenizer.json", "{}");
+  EXPECT_EQ(resolve_shard_paths({dir + "/*"}), from_dir);
+  // Any other file is read as a shard (shards may be named otherwise) and its header checked.
+  write_text(dir + "/notes.txt", "not a shard");
+  EXPECT_EQ(resolve_shard_paths({dir + "/*"}).size(), 3u);
 }
 
 // A directory's meta.json from `ingot prepare` lists its shards: a missing shard, one of another

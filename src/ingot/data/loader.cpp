@@ -119,14 +119,23 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       glob_t g{};
       const int rc = ::glob(spec.c_str(), 0, nullptr, &g);
       // A *.bin match that is no file (a dangling link, a folder) is named: it was passed over, and
-      // the run trained on part of its data without a word. Other matches (meta.json beside the
-      // shards, a subfolder) are not shards and are passed over.
+      // the run trained on part of its data without a word. Other folders, and the files `ingot
+      // prepare` writes beside its shards (`data/*` matches meta.json), are not shards and are passed
+      // over; any other file is read as one (a shard may be named otherwise), its header checked.
+      auto beside_shards = [](const fs::path& p) {
+        const std::string name = p.filename().string();
+        return name == "meta.json" || std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
+                                                  [&](const char* file) { return name == file; });
+      };
       std::string not_a_file;
       if (rc == 0)
         for (size_t i = 0; i < g.gl_pathc && not_a_file.empty(); ++i) {
           const fs::path match = g.gl_pathv[i];
-          if (fs::is_regular_file(match, ec)) found.push_back(match.string());
-          else if (match.extension() == ".bin") not_a_file = match.string() + " is " + what_is_not_a_file(match);
+          if (fs::is_regular_file(match, ec)) {
+            if (!beside_shards(match)) found.push_back(match.string());
+          } else if (match.extension() == ".bin") {
+            not_a_file = match.string() + " is " + what_is_not_a_file(match);
+          }
         }
       ::globfree(&g);
       if (!not_a_file.empty()) fail("data: ", spec, " matches ", not_a_file, ", not a shard file");
