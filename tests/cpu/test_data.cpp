@@ -208,6 +208,15 @@ TEST(Shard, CorruptFilesNameTheFile) {
   msg = error_of([&] { Shard s(dir + "/v2.bin"); });
   EXPECT_NE(msg.find("version 2"), std::string::npos) << msg;
 
+  // 2-byte tokens with a vocabulary past 65536, which the writer refuses, is a corrupt header.
+  std::string wide_vocab = bytes;
+  const uint32_t vocab = 70000;
+  std::memcpy(wide_vocab.data() + 36, &vocab, 4);
+  write_text(dir + "/wide_vocab.bin", wide_vocab);
+  msg = error_of([&] { Shard s(dir + "/wide_vocab.bin"); });
+  EXPECT_NE(msg.find(dir + "/wide_vocab.bin: header records a vocabulary of 70000 with 2-byte tokens"), std::string::npos)
+      << msg;
+
   std::string descending = bytes;  // document starts at 56: make the second one 0
   std::memset(descending.data() + 64, 0, 8);
   write_text(dir + "/descending.bin", descending);

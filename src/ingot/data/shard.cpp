@@ -249,6 +249,10 @@ Shard::Shard(const std::string& path) : path_(path) {
            kShardVersion, ")");
     if (h.token_width != 2 && h.token_width != 4)
       fail("shard ", path, ": token width ", h.token_width, " is not 2 or 4");
+    // The writer refuses this pair: 2-byte tokens hold ids up to 65535 only.
+    if (h.token_width == 2 && h.vocab_size > 65536)
+      fail("shard ", path, ": header records a vocabulary of ", h.vocab_size, " with 2-byte tokens, which hold ids up "
+           "to 65535 only (corrupt)");
     if (h.flags & ~kShardKnownFlags)
       fail("shard ", path, ": unknown flag bits 0x", std::hex, (h.flags & ~kShardKnownFlags));
     // Bound the counts before multiplying so a corrupt header cannot overflow the size sum.
