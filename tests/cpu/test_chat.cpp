@@ -221,21 +221,6 @@ TEST(Chat, TemplatesDefaultSystemAndBosAreRenderedAsWritten) {
             "<|end_header_id|>\n\nHello<|eot_id|>");
 }
 
-// chat_template.jinja beside tokenizer_config.json overrides the config's chat_template, as in
-// transformers; the config's was used, and the data rendered with another template than the one
-// the dataset, its checkpoints and exports then carried.
-TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
-  const std::string dir = test::temp_dir("chat_jinja_first");
-  nlohmann::json config = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json");
-  const std::string with_default = config["chat_template"];
-  config["chat_template"] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-                            "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
-  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
-  EXPECT_TRUE(load_chat_format(dir).default_system.empty());
-  std::ofstream(dir + "/chat_template.jinja") << with_default;
-  EXPECT_EQ(load_chat_format(dir).default_system, "You are a careful assistant. Answer briefly.");
-}
-
 TEST(Chat, UnknownTemplateNamesSupportedFormats) {
   std::string msg = error_of([] {
     chat_format_from_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}",
@@ -349,6 +334,40 @@ PrepareOptions chat_options(const std::string& dir, const std::string& input) {
 }
 
 }  // namespace
+
+// chat_template.jinja beside tokenizer_config.json overrides the config's chat_template, as in
+// transformers; the config's was used, and the data rendered with another template than the one
+// the dataset, its checkpoints and exports then carried.
+TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
+  const std::string dir = test::temp_dir("chat_jinja_first");
+  nlohmann::json config = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json");
+  const std::string with_default = config["chat_template"];
+  config["chat_template"] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+                            "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  EXPECT_TRUE(load_chat_format(dir).default_system.empty());
+  std::ofstream(dir + "/chat_template.jinja") << with_default;
+  EXPECT_EQ(load_chat_format(dir).default_system, "You are a careful assistant. Answer briefly.");
+  EXPECT_EQ(chat_template_file_in_use(dir), dir + "/chat_template.jinja");
+  // A config file of another name, which the user named (--chat-template custom.json), is taken as
+  // written; the template file beside it serves only where it has no chat_template.
+  std::ofstream(dir + "/custom.json") << config.dump();
+  EXPECT_TRUE(load_chat_format(dir + "/custom.json").default_system.empty());
+  EXPECT_EQ(chat_template_file_in_use(dir + "/custom.json"), "");
+  config.erase("chat_template");
+  std::ofstream(dir + "/custom.json") << config.dump();
+  EXPECT_EQ(load_chat_format(dir + "/custom.json").default_system, "You are a careful assistant. Answer briefly.");
+  // A dataset carries the template file only where it is the one in use.
+  write_file(dir + "/chat.jsonl", kChatLines);
+  std::ofstream(dir + "/custom.json") << nlohmann::json(read_json(dir + "/tokenizer_config.json")).dump();
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.chat_template = dir + "/custom.json";
+  o.tokenizer_file = fixtures() + "/chatml_tokenizer/tokenizer.json";
+  prepare_dataset(o, BpeTokenizer::from_file(fixtures() + "/chatml_tokenizer"));
+  EXPECT_TRUE(fs::exists(dir + "/out/tokenizer_config.json"));
+  EXPECT_FALSE(fs::exists(dir + "/out/chat_template.jinja"));
+  EXPECT_TRUE(load_chat_format(dir + "/out").default_system.empty());
+}
 
 TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
   const std::string dir = test::temp_dir("prepare_chat");

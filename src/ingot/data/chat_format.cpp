@@ -331,28 +331,52 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
   fail("chat template of ", source, " is not a built-in chat format (", kSupported, ")");
 }
 
-ChatFormat load_chat_format(const std::string& path) {
-  fs::path file(path);
-  if (fs::is_directory(file)) file /= "tokenizer_config.json";
-  const std::string text = io::read_text_file(file.string(), "chat format: tokenizer config");
-  io::check_json_nesting(text, file.string(), "chat format:");
-  nlohmann::json config;
+namespace {
+// A tokenizer config (a tokenizer_config.json, or a folder holding one), parsed.
+struct TokenizerConfig {
+  fs::path file;
+  nlohmann::json json;
+};
+TokenizerConfig read_tokenizer_config(const std::string& path) {
+  TokenizerConfig c{path, {}};
+  if (fs::is_directory(c.file)) c.file /= "tokenizer_config.json";
+  const std::string text = io::read_text_file(c.file.string(), "chat format: tokenizer config");
+  io::check_json_nesting(text, c.file.string(), "chat format:");
   try {
-    config = nlohmann::json::parse(text);
+    c.json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail("chat format: ", file.string(), " is not valid JSON: ", io::json_error_text(e));
+    fail("chat format: ", c.file.string(), " is not valid JSON: ", io::json_error_text(e));
   }
-  if (!config.is_object()) fail("chat format: ", file.string(), " is a ", json_type(config), ", not a JSON object");
-  // transformers >= 4.49 saves the template beside it, in chat_template.jinja, and reads that file
-  // first: it overrides the config's chat_template (which older files may still hold).
-  const fs::path jinja = file.parent_path() / "chat_template.jinja";
-  std::string tmpl, source = file.string();
-  const auto it = config.find("chat_template");
-  if (optional_file_exists(jinja)) {
+  if (!c.json.is_object()) fail("chat format: ", c.file.string(), " is a ", json_type(c.json), ", not a JSON object");
+  return c;
+}
+
+// The chat_template.jinja the template is read from, as transformers reads a model folder: the one
+// beside a tokenizer_config.json overrides its chat_template (transformers >= 4.49 saves it there);
+// beside a config file of another name, which the user named, it serves only where that file has
+// no chat_template. "" when the config's own template is read.
+fs::path template_file_in_use(const TokenizerConfig& c) {
+  const fs::path jinja = c.file.parent_path() / "chat_template.jinja";
+  if (!optional_file_exists(jinja)) return {};
+  const auto it = c.json.find("chat_template");
+  const bool has_own = it != c.json.end() && !it->is_null();
+  return c.file.filename() == "tokenizer_config.json" || !has_own ? jinja : fs::path();
+}
+}  // namespace
+
+std::string chat_template_file_in_use(const std::string& path) {
+  return template_file_in_use(read_tokenizer_config(path)).string();
+}
+
+ChatFormat load_chat_format(const std::string& path) {
+  const TokenizerConfig c = read_tokenizer_config(path);
+  std::string tmpl, source = c.file.string();
+  const auto it = c.json.find("chat_template");
+  if (const fs::path jinja = template_file_in_use(c); !jinja.empty()) {
     source = jinja.string();
     tmpl = io::read_text_file(source, "chat format: template");
     if (tmpl.empty()) fail("chat format: ", source, " is empty");
-  } else if (it == config.end() || it->is_null()) {
+  } else if (it == c.json.end() || it->is_null()) {
     fail("chat format: ", source, " has no chat_template, and there is no chat_template.jinja beside it (", kSupported, ")");
   } else if (it->is_string()) {
     tmpl = it->get<std::string>();
@@ -362,7 +386,7 @@ ChatFormat load_chat_format(const std::string& path) {
         tmpl = t["template"].get<std::string>();
   }
   if (tmpl.empty()) fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
-  return chat_format_from_template(tmpl, config_bos_token(config, file.string()), source);
+  return chat_format_from_template(tmpl, config_bos_token(c.json, c.file.string()), source);
 }
 
 std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages) {

@@ -57,8 +57,13 @@ struct ChatFormat {
 // null). source names the template in error messages.
 ChatFormat chat_format_from_template(std::string_view chat_template, const std::string& bos_token,
                                      const std::string& source);
-// Reads `chat_template` and `bos_token` from a tokenizer_config.json (or a folder holding one).
+// Reads `chat_template` and `bos_token` from a tokenizer_config.json (or a folder holding one), the
+// template from the chat_template.jinja beside it where chat_template_file_in_use names that.
 ChatFormat load_chat_format(const std::string& path);
+// The chat_template.jinja that load_chat_format reads the template from, as transformers reads a
+// model folder: the one beside a tokenizer_config.json, which overrides its chat_template; beside a
+// config file of another name, only where that file has none. "" when the config's own is read.
+std::string chat_template_file_in_use(const std::string& path);
 
 struct ChatMessage {
   std::string role;     // system | user | assistant

@@ -282,9 +282,12 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files_to_copy(const Prep
   if (options.format != PrepareFormat::text && !options.chat_template.empty())
     config = fs::is_directory(options.chat_template) ? fs::path(options.chat_template) / kTokenizerFilesBesideShards[1]
                                                      : fs::path(options.chat_template);
-  const fs::path jinja = config.parent_path() / kTokenizerFilesBesideShards[2];
-  if (optional_file_exists(config)) files.emplace_back(config, kTokenizerFilesBesideShards[1]);
-  if (optional_file_exists(jinja)) files.emplace_back(jinja, kTokenizerFilesBesideShards[2]);
+  if (!optional_file_exists(config)) return files;
+  files.emplace_back(config, kTokenizerFilesBesideShards[1]);
+  // The template file only where it is the template in use: beside a config named otherwise, which
+  // has its own template, it would override that one in the dataset's folder.
+  if (const std::string jinja = chat_template_file_in_use(config.string()); !jinja.empty())
+    files.emplace_back(jinja, kTokenizerFilesBesideShards[2]);
   return files;
 }
 
