@@ -212,6 +212,18 @@ TEST(Chat, TemplatesDefaultSystemAndBosAreRenderedAsWritten) {
   EXPECT_EQ(render("{{ bos_token }}" + loop, "<|endoftext|>"), "<|endoftext|>" + turns);
   EXPECT_EQ(render(loop, "<|endoftext|>"), turns);
   EXPECT_EQ(render(loop, "<|im_start|>"), turns);  // a bos that is a control token is not looked for
+  // ChatML bos only where the template writes it first: one that is also the eos written after each
+  // turn, or an identifier that merely contains the word, is none (a review, 2026-12-02).
+  EXPECT_TRUE(render(loop + "{{ '<|endoftext|>' }}", "<|endoftext|>").starts_with("<|im_start|>user"));
+  EXPECT_EQ(render("{% if add_bos_token %}{% endif %}" + loop, "<s>"), turns);
+  EXPECT_EQ(render("{{- '<s>' + '' }}" + loop, "<s>"), "<s>" + turns);
+  // Python's string escapes in a literal (\u2019, as json.dumps writes a curly apostrophe), and a
+  // template written with CRLF line ends, whose text Jinja reads with "\n".
+  EXPECT_EQ(render("{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou\\u2019re \\x41.<|im_end|>\\n' }}"
+                   "{% endif %}" + loop, ""),
+            "<|im_start|>system\nYou\u2019re A.<|im_end|>\n" + turns);
+  EXPECT_EQ(render("{% if messages[0]['role'] != 'system' %}<|im_start|>system\r\nBe brief.<|im_end|>\n{% endif %}" + loop, ""),
+            "<|im_start|>system\nBe brief.<|im_end|>\n" + turns);
   const ChatFormat llama = chat_format_from_template(
       "{{- '<|begin_of_text|>' }}{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
       "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}",

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -56,12 +57,57 @@ std::string_view rstrip_newlines(std::string_view s) {
   return s;
 }
 
-// The text a Jinja template writes as it stands: its raw text between tags, and the string
-// literals inside {{ }} and {% %} with their escapes undone (comments {# #} dropped). Enough to find
-// a literal turn however it is quoted or written; not a Jinja parser.
+// A Python string literal's body with its escapes undone, as Jinja reads it: \n \t \r \\ \' \"
+// \xNN \uNNNN \UNNNNNNNN and octal; an unknown escape keeps its backslash, as Python does.
+std::string python_string_body(std::string_view body) {
+  std::string out;
+  auto hex = [&](size_t at, size_t digits, uint32_t* value) {
+    if (at + digits > body.size()) return false;
+    *value = 0;
+    for (size_t k = at; k < at + digits; ++k) {
+      const char h = body[k];
+      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      if (d < 0) return false;
+      *value = *value * 16 + static_cast<uint32_t>(d);
+    }
+    return true;
+  };
+  for (size_t i = 0; i < body.size(); ++i) {
+    if (body[i] != '\\' || i + 1 == body.size()) {
+      out += body[i];
+      continue;
+    }
+    const char e = body[++i];
+    uint32_t code = 0;
+    const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+    if (digits && hex(i + 1, digits, &code)) {
+      utf8_append(&out, static_cast<char32_t>(code));
+      i += digits;
+    } else if (e >= '0' && e <= '7') {
+      size_t k = i;
+      for (code = 0; k < body.size() && k < i + 3 && body[k] >= '0' && body[k] <= '7'; ++k) code = code * 8 + (body[k] - '0');
+      utf8_append(&out, static_cast<char32_t>(code));
+      i = k - 1;
+    } else if (e == 'n' || e == 't' || e == 'r' || e == '\\' || e == '\'' || e == '"') {
+      out += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+    } else if (e != '\n') {  // a backslash before a newline joins the lines
+      out += '\\';
+      out += e;
+    }
+  }
+  return out;
+}
+
+// The text a Jinja template writes as it stands: its raw text between tags (newlines as "\n", as
+// Jinja normalises them), and the string literals inside {{ }} and {% %} with their escapes undone
+// (comments {# #} dropped). Enough to find a literal turn however it is quoted or written; not a
+// Jinja parser.
 struct TemplateLiterals {
   std::vector<std::string> texts;
   bool names_bos_token = false;  // the identifier bos_token appears inside a tag
+  // What the template writes first: the first raw text that is not whitespace before any {{ }}, or
+  // else the first {{ }} expression, as written ("bos_token", "'<s>' + ...").
+  std::string first_output;
 };
 TemplateLiterals template_literals(std::string_view tmpl) {
   auto next_tag = [&](size_t from) {  // "{{", "{%" or "{#"; a lone '{' is text
@@ -69,10 +115,19 @@ TemplateLiterals template_literals(std::string_view tmpl) {
       if (k + 1 < tmpl.size() && (tmpl[k + 1] == '{' || tmpl[k + 1] == '%' || tmpl[k + 1] == '#')) return k;
     return tmpl.size();
   };
+  auto identifier_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   TemplateLiterals out;
+  bool first_found = false;
   for (size_t i = 0; i < tmpl.size();) {
     const size_t tag = next_tag(i);
-    if (tag > i) out.texts.emplace_back(tmpl.substr(i, tag - i));
+    if (tag > i) {
+      std::string text(tmpl.substr(i, tag - i));
+      for (size_t at = text.find('\r'); at != std::string::npos; at = text.find('\r', at))
+        text.replace(at, at + 1 < text.size() && text[at + 1] == '\n' ? 2 : 1, "\n");
+      const bool blank = std::all_of(text.begin(), text.end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); });
+      if (!first_found && !blank) first_found = true, out.first_output = text;
+      out.texts.push_back(std::move(text));
+    }
     if (tag == tmpl.size()) break;
     const char kind = tmpl[tag + 1];
     if (kind == '#') {
@@ -85,18 +140,22 @@ TemplateLiterals template_literals(std::string_view tmpl) {
     for (; j < tmpl.size(); ++j) {
       const char c = tmpl[j];
       if (c == closer && j + 1 < tmpl.size() && tmpl[j + 1] == '}') break;
-      if (tmpl.compare(j, 9, "bos_token") == 0) out.names_bos_token = true;
+      if (tmpl.compare(j, 9, "bos_token") == 0 && (j == 0 || !identifier_char(tmpl[j - 1])) &&
+          (j + 9 == tmpl.size() || !identifier_char(tmpl[j + 9])))
+        out.names_bos_token = true;
       if (c != '\'' && c != '"') continue;
-      std::string literal;  // Python's string escapes, as Jinja reads them
-      for (++j; j < tmpl.size() && tmpl[j] != c; ++j) {
-        if (tmpl[j] == '\\' && j + 1 < tmpl.size()) {
-          const char e = tmpl[++j];
-          literal += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
-        } else {
-          literal += tmpl[j];
-        }
-      }
-      out.texts.push_back(std::move(literal));
+      const size_t body = j + 1;
+      for (++j; j < tmpl.size() && tmpl[j] != c; ++j)
+        if (tmpl[j] == '\\') ++j;  // an escaped character, the quote included
+      out.texts.push_back(python_string_body(tmpl.substr(body, std::min(j, tmpl.size()) - body)));
+    }
+    if (kind == '{' && !first_found) {
+      first_found = true;
+      std::string_view expression = tmpl.substr(tag + 2, std::min(j, tmpl.size()) - (tag + 2));
+      while (!expression.empty() && (expression.front() == '-' || expression.front() == '+' ||
+                                     std::isspace(static_cast<unsigned char>(expression.front()))))
+        expression.remove_prefix(1);
+      out.first_output = std::string(expression);
     }
     i = std::min(j + 2, tmpl.size());
   }
@@ -263,17 +322,30 @@ std::string json_type(const nlohmann::json& j) {
   return j.type_name();
 }
 
-// The bos_token a template writes before each conversation, "" when it writes none: where it names
-// bos_token (which renders as nothing when the tokenizer config has none, as in transformers), or
-// writes the tokenizer's bos_token text ("<|begin_of_text|>") literally. Either way Ingot renders it
-// first. A bos_token that is one of the format's own control tokens is not looked for as text.
-std::string template_bos_token(const TemplateLiterals& literals, const std::string& bos_token,
+// The bos_token a template writes before each conversation, "" when it writes none. Llama 3: where
+// it names bos_token (Meta's template adds it to the first message's text) or writes its text
+// ("<|begin_of_text|>"). ChatML: where the first thing it writes is bos_token or its text (Hermes 3's
+// "{{ bos_token }}"); ChatML bos text elsewhere (an eos written after each turn that the tokenizer
+// config also names bos) is no bos. A bos_token that is one of the format's control tokens is
+// never looked for as text. A named bos_token renders as nothing when the config has none, as in
+// transformers.
+std::string template_bos_token(const TemplateLiterals& literals, const std::string& bos_token, ChatFormatKind kind,
                                const std::vector<std::string>& control_tokens) {
-  if (bos_token.empty() || literals.names_bos_token) return bos_token;
-  if (std::find(control_tokens.begin(), control_tokens.end(), bos_token) != control_tokens.end()) return "";
-  for (const std::string& text : literals.texts)
-    if (text.find(bos_token) != std::string::npos) return bos_token;
-  return "";
+  if (bos_token.empty()) return "";
+  const bool control = std::find(control_tokens.begin(), control_tokens.end(), bos_token) != control_tokens.end();
+  if (kind == ChatFormatKind::llama3) {
+    if (literals.names_bos_token) return bos_token;
+    for (const std::string& text : literals.texts)
+      if (!control && text.find(bos_token) != std::string::npos) return bos_token;
+    return "";
+  }
+  const std::string& first = literals.first_output;
+  const bool names_first = first.starts_with("bos_token") &&
+                           (first.size() == 9 || !(std::isalnum(static_cast<unsigned char>(first[9])) || first[9] == '_'));
+  const bool writes_first = !control && (first.starts_with(bos_token) ||
+                                         ((first.starts_with('\'') || first.starts_with('"')) &&
+                                          python_string_body(first.substr(1)).starts_with(bos_token)));
+  return names_first || writes_first ? bos_token : "";
 }
 
 // tokenizer_config.json's bos_token: a string, an object with a string "content", or "" for null.
@@ -310,7 +382,7 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
            "supported; ",
            kSupported);
     f.kind = ChatFormatKind::llama3;
-    f.bos_token = template_bos_token(template_literals(tmpl), bos_token, f.control_tokens());
+    f.bos_token = template_bos_token(template_literals(tmpl), bos_token, f.kind, f.control_tokens());
     return f;
   }
   if (tmpl.find("<|im_start|>") != std::string_view::npos) {
@@ -325,7 +397,7 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
            kSupported);
     const TemplateLiterals literals = template_literals(tmpl);
     f.default_system = find_default_system(literals, source);
-    f.bos_token = template_bos_token(literals, bos_token, f.control_tokens());
+    f.bos_token = template_bos_token(literals, bos_token, f.kind, f.control_tokens());
     return f;
   }
   fail("chat template of ", source, " is not a built-in chat format (", kSupported, ")");
