@@ -413,6 +413,8 @@ TEST(BpeTokenizer, SplitRemovedAndStringPatterns) {
   // A nested class, which PCRE2 has not, is refused by name (it gave other ids without a word).
   const std::string nested = test::error_of([&] { with_split({{"Regex", "[a[b]]"}}, "Removed", false); });
   EXPECT_NE(nested.find("regex \"[a[b]]\" nests a character class inside another (at offset 2)"), std::string::npos) << nested;
+  // A comment ends at its first unescaped ')' (it ended at "\)" and the rest failed to compile).
+  EXPECT_EQ(with_split({{"Regex", "(?#a\\)b)b"}}, "Removed", false).encode("abab"), (std::vector<int32_t>{0, 0}));
   // Group options beyond i, m and x are refused by name; s too, which Oniguruma (so tokenizers) refuses.
   for (const auto& [pattern, needle] : {std::pair{"a(?s).", "sets the group option 's' (at offset 3)"},
                                         std::pair{"(?iW)\\w", "sets the group option 'W' (at offset 3)"},

@@ -175,10 +175,13 @@ std::string onig_to_pcre2(const std::string& pattern, const std::string& where) 
     }
     if (c == '(') {
       size_t end = 0;
-      if (pattern.compare(i, 3, "(?#") == 0) {  // a comment, to its first ')'
-        end = std::min(pattern.find(')', i), pattern.size() - 1);
-        out += pattern.substr(i, end + 1 - i);
-        i = end + 1;
+      if (pattern.compare(i, 3, "(?#") == 0) {
+        // A comment ends at its first ')' that is not escaped; PCRE2's at its first ')'. Its text
+        // does nothing, so an empty one takes its place.
+        end = i + 3;
+        while (end < pattern.size() && pattern[end] != ')') end += pattern[end] == '\\' ? 2 : 1;
+        out += end < pattern.size() ? "(?#)" : pattern.substr(i);  // unclosed: PCRE2 names the error
+        i = std::min(end + 1, pattern.size());
       } else if (const auto flags = option_group_flags(pattern, i, where, &end)) {
         out += "(?" + *flags + ":";
         if (pattern[end] == ')') ++closers_at_depth.back();
