@@ -1080,6 +1080,13 @@ std::vector<uint8_t> BpeTokenizer::dropped_bytes() const {
   return dropped;
 }
 
+int BpeTokenizer::first_dropped_byte(std::string_view text) const {
+  if (impl_->unk_id >= 0) return -1;
+  for (const char c : text)
+    if (impl_->byte_id[static_cast<uint8_t>(c)] < 0) return static_cast<uint8_t>(c);
+  return -1;
+}
+
 const std::string* BpeTokenizer::added_token_text(int32_t id) const {
   const auto it = impl_->added_token_text.find(id);
   return it == impl_->added_token_text.end() ? nullptr : &it->second;

@@ -68,6 +68,8 @@ class BpeTokenizer : public Tokenizer {
   // Bytes encode() drops, as `tokenizers` does: those with no single-byte token, when there is no
   // unk_token to stand for them. Empty for every real byte-level tokenizer.
   std::vector<uint8_t> dropped_bytes() const;
+  // The first byte of `text` that encode() drops (one of dropped_bytes()), or -1 when none is.
+  int first_dropped_byte(std::string_view text) const;
   // When true, special added tokens in the text are not matched but encoded as plain text
   // (`tokenizers`' encode_special_tokens). Default false, as in `tokenizers`.
   void set_encode_special_tokens(bool value);

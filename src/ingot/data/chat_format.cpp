@@ -575,13 +575,12 @@ TokenizedChat tokenize_chat(const ChatFormat& format, const BpeTokenizer& tokeni
   if (align_chat_mask(rendered, tokenizer.encode(rendered.text), tokenizer, train_on_inputs, &out))
     return out;
   // A byte the tokenizer has no token for (and no unk_token) is dropped, as tokenizers drops it.
-  for (const uint8_t byte : tokenizer.dropped_bytes())
-    if (rendered.text.find(static_cast<char>(byte)) != std::string::npos) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", byte);
-      fail("chat: the conversation holds byte ", hex, ", which the tokenizer has no token for (and no unk_token): "
-           "it drops it, so the tokens do not spell the text and the loss mask cannot be aligned");
-    }
+  if (const int byte = tokenizer.first_dropped_byte(rendered.text); byte >= 0) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", byte);
+    fail("chat: the conversation holds byte ", hex, ", which the tokenizer has no token for (and no unk_token): "
+         "it drops it, so the tokens do not spell the text and the loss mask cannot be aligned");
+  }
   fail("chat: the tokens of a rendered conversation do not spell its text, so the loss mask cannot "
        "be aligned (a tokenizer normalizer other than NFC?)");
 }

@@ -620,9 +620,12 @@ class DocumentEncoder {
         try {
           out = tokenize_chat(*format_, *bpe_, doc.messages, options_.train_on_inputs);
         } catch (const Error& e) {
-          // A record's own problem, found once its batch is tokenized: skipped as a bad line is.
-          if (!options_.skip_invalid_json)
-            fail("prepare: ", doc.where, ": ", e.what(), " (skip_invalid_json / --skip-invalid-json skips such lines)");
+          // A record's own bytes the tokenizer drops, found once its batch is tokenized: skipped as
+          // a bad line is. Any other failure to align is the tokenizer's, for every record alike.
+          const bool dropped_byte = bpe_->first_dropped_byte(doc.text) >= 0;
+          if (!options_.skip_invalid_json || !dropped_byte)
+            fail("prepare: ", doc.where, ": ", e.what(),
+                 dropped_byte ? " (skip_invalid_json / --skip-invalid-json skips such lines)" : "");
           ++report_.skipped_json_lines;
           progress_.advance(doc.input_bytes);
           return;
