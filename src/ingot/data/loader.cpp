@@ -123,9 +123,7 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       // prepare` writes beside its shards (`data/*` matches meta.json), are not shards and are passed
       // over; any other file is read as one (a shard may be named otherwise), its header checked.
       auto beside_shards = [](const fs::path& p) {
-        const std::string name = p.filename().string();
-        return name == "meta.json" || std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
-                                                  [&](const char* file) { return name == file; });
+        return p.filename() == "meta.json" || is_tokenizer_file_name(p.filename().string());
       };
       std::string not_a_file;
       if (rc == 0)

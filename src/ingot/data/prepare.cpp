@@ -69,11 +69,6 @@ bool starts_binary(const fs::path& path) {
   return head.find('\0') != std::string::npos;
 }
 
-bool is_tokenizer_file_name(const std::string& name) {
-  return std::any_of(kTokenizerFilesBesideShards.begin(), kTokenizerFilesBesideShards.end(),
-                     [&](const char* n) { return name == n; });
-}
-
 bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return std::isspace(static_cast<unsigned char>(c)); });

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ingot/data/tokenizer.h"
@@ -47,6 +48,11 @@ namespace ingot::data {
 // for training runs and checkpoints to carry; an input directory holding such a dataset skips them.
 inline constexpr std::array<const char*, 3> kTokenizerFilesBesideShards = {"tokenizer.json", "tokenizer_config.json",
                                                                            "chat_template.jinja"};
+inline bool is_tokenizer_file_name(std::string_view name) {
+  for (const char* file : kTokenizerFilesBesideShards)
+    if (name == file) return true;
+  return false;
+}
 
 enum class PrepareFormat { text, chat, alpaca };
 PrepareFormat parse_prepare_format(const std::string& name);  // "text" | "chat" | "alpaca"

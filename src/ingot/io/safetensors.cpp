@@ -570,8 +570,6 @@ void SafeTensorsReader::read_into(const std::string& name, Tensor dst) const {
 
 namespace {
 
-// The tensors sorted by name, after checking everything that could fail mid-write, so that no file
-// is touched when the input is bad. `path` names the file or directory being written.
 // Where writing float dtype `from` as `to` can overflow: the smallest magnitude that rounds to inf
 // there (0 when none can), the largest finite value, and the dtypes to write instead.
 struct NarrowRange {
@@ -588,6 +586,8 @@ NarrowRange narrow_range(DType from, DType to) {
   return {};
 }
 
+// The tensors sorted by name, after checking everything that could fail mid-write, so that no file
+// is touched when the input is bad. `path` names the file or directory being written.
 std::vector<const TensorToWrite*> sorted_checked(const std::string& path, const std::vector<TensorToWrite>& tensors) {
   std::vector<const TensorToWrite*> sorted;
   for (const auto& t : tensors) sorted.push_back(&t);

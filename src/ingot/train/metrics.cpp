@@ -102,7 +102,7 @@ void MetricsLog::write_plot() const {
   io::write_file_atomically((fs::path(dir_) / "loss.svg").string(), loss_curve_svg(records_, name.filename().string()));
 }
 
-// Text as SVG (XML 1.0) character data: '&' and '<' escaped, bytes that are not UTF-8 as U+FFFD,
+// Text as SVG (XML 1.0) character data: '&', '<' and '>' escaped, bytes that are not UTF-8 as U+FFFD,
 // and control characters, which XML forbids, as '?'. The title is the run's folder name, which may
 // hold any of them ("lr1e-3&wd0.1"): written raw, the plot did not parse.
 static std::string xml_text(std::string_view text) {
