@@ -4,6 +4,7 @@
 // and always run; the Qwen3 / ChatML ones need ../shared/data/tokenizers/qwen3 and skip without it.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -357,14 +358,14 @@ TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
   config["chat_template"] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
                             "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
   std::ofstream(dir + "/tokenizer_config.json") << config.dump();
-  EXPECT_TRUE(load_chat_format(dir).default_system.empty());
+  EXPECT_TRUE(load_chat_format(dir, "chatml").default_system.empty());
   std::ofstream(dir + "/chat_template.jinja") << with_default;
   EXPECT_EQ(load_chat_format(dir).default_system, "You are a careful assistant. Answer briefly.");
   EXPECT_EQ(chat_template_file_in_use(dir), dir + "/chat_template.jinja");
   // A config file of another name, which the user named (--chat-template custom.json), is taken as
   // written; the template file beside it serves only where it has no chat_template.
   std::ofstream(dir + "/custom.json") << config.dump();
-  EXPECT_TRUE(load_chat_format(dir + "/custom.json").default_system.empty());
+  EXPECT_TRUE(load_chat_format(dir + "/custom.json", "chatml").default_system.empty());
   EXPECT_EQ(chat_template_file_in_use(dir + "/custom.json"), "");
   config.erase("chat_template");
   std::ofstream(dir + "/custom.json") << config.dump();
@@ -374,11 +375,12 @@ TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
   std::ofstream(dir + "/custom.json") << nlohmann::json(read_json(dir + "/tokenizer_config.json")).dump();
   PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
   o.chat_template = dir + "/custom.json";
+  o.chat_format = "chatml";  // the plain ChatML loop of custom.json is no checked template
   o.tokenizer_file = fixtures() + "/chatml_tokenizer/tokenizer.json";
   prepare_dataset(o, BpeTokenizer::from_file(fixtures() + "/chatml_tokenizer"));
   EXPECT_TRUE(fs::exists(dir + "/out/tokenizer_config.json"));
   EXPECT_FALSE(fs::exists(dir + "/out/chat_template.jinja"));
-  EXPECT_TRUE(load_chat_format(dir + "/out").default_system.empty());
+  EXPECT_TRUE(load_chat_format(dir + "/out", "chatml").default_system.empty());
 }
 
 TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
@@ -544,6 +546,56 @@ TEST(PrepareChat, TemplateWhoseControlTokensTheTokenizerLacksIsRefused) {
   const std::string msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find("(chatml) writes <|im_start|>, which tokenizer"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(dir + "/out/train-00000.bin"));
+}
+
+// A control token must be one token where encode() finds it in text: an ordinary vocabulary entry
+// (Qwen's vocabulary holds "<s>") is split into pieces, and passed the check that looked it up.
+TEST(PrepareChat, ControlTokenThatIsNoAddedTokenIsRefused) {
+  const std::string dir = test::temp_dir("prepare_chat_plain_bos");
+  nlohmann::json tokenizer = read_json(fixtures() + "/chatml_tokenizer/tokenizer.json");
+  tokenizer["model"]["vocab"]["<s>"] = tokenizer["model"]["vocab"].size() + tokenizer["added_tokens"].size();
+  std::ofstream(dir + "/tokenizer.json") << tokenizer.dump();
+  nlohmann::json config = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json");
+  config["bos_token"] = "<s>";
+  config["chat_template"] = "{{ bos_token }}" + config["chat_template"].get<std::string>();
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  const BpeTokenizer tok = BpeTokenizer::from_file(dir);
+  ASSERT_GE(tok.token_to_id("<s>"), 0);
+  ASSERT_GT(tok.encode("<s>").size(), 1u);
+  write_file(dir + "/chat.jsonl", kChatLines);
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.chat_template = dir;
+  o.chat_format = "chatml";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("(chatml) writes <s>, which tokenizer"), std::string::npos) << msg;
+}
+
+// Markers alone do not say how a template renders: one whose rendering was not checked against
+// transformers' is refused, naming its hash and --chat-format (a review of 36 public templates,
+// 2026-12-02, found 21 rendered otherwise: other separators, role names, trimming, default turns).
+TEST(PrepareChat, UncheckedTemplateIsRefusedUnlessItsFormatIsNamed) {
+  const std::string dir = test::temp_dir("prepare_chat_unchecked");
+  nlohmann::json config = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json");
+  config["chat_template"] = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '<|im_sep|>' + "
+                            "message['content'] + '<|im_end|>'}}{% endfor %}";  // Phi-4's separator
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  const std::string hash = [&] {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "0x%016llx",
+                  static_cast<unsigned long long>(chat_template_hash(config["chat_template"].get<std::string>())));
+    return std::string(hex);
+  }();
+  std::string msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find("the chat template of " + dir + "/tokenizer_config.json (" + hash + ") reads as chatml, but it is "
+                     "not one whose rendering Ingot has checked against transformers'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("or pass --chat-format chatml to render it as chatml anyway"), std::string::npos) << msg;
+  EXPECT_EQ(load_chat_format(dir, "chatml").name(), "chatml");
+  msg = error_of([&] { load_chat_format(dir, "llama3"); });
+  EXPECT_NE(msg.find("--chat-format llama3, but the chat template of " + dir + "/tokenizer_config.json reads as chatml"),
+            std::string::npos) << msg;
+  // The checked templates load as they are.
+  EXPECT_EQ(load_chat_format(fixtures() + "/chatml_tokenizer").name(), "chatml");
+  EXPECT_EQ(load_chat_format(fixtures() + "/llama3_tokenizer").name(), "llama3");
 }
 
 TEST(PrepareChat, BadInputNamesFileLineAndProblem) {

@@ -440,7 +440,34 @@ std::string chat_template_file_in_use(const std::string& path) {
   return template_file_in_use(read_tokenizer_config(path)).string();
 }
 
-ChatFormat load_chat_format(const std::string& path) {
+namespace {
+// Templates whose rendering by the built-in formats equals transformers' apply_chat_template, token
+// for token, on the conversations of tools/check_chat_template.py (2026-12-02, jinja2 3.1.6,
+// tokenizers 0.22.1): the repository's fixtures and public models' templates.
+struct CheckedTemplate {
+  uint64_t hash;
+  const char* model;
+};
+constexpr CheckedTemplate kCheckedTemplates[] = {
+    {0x76cb6c4659a68fe8, "tests/fixtures/chat/llama3_tokenizer"},
+    {0xad16736ba07fbb39, "tests/fixtures/chat/chatml_tokenizer, chatml_default"},
+    {0x2bfdb7aa9754484e, "Qwen3"},
+    {0x8a87094e0e1e24c5, "Qwen2-7B-Instruct"},
+    {0xc867da37c989d41f, "Qwen1.5"},
+    {0xc2b27ee60f1b8775, "Qwen2.5-Instruct"},
+    {0x45ec583d4d25bc3a, "SmolLM2-Instruct"},
+    {0x773d13e188afc917, "Mistral-7B-OpenOrca"},
+    {0xe60067a5537498e, "Meta-Llama-3-8B-Instruct"},
+};
+}  // namespace
+
+uint64_t chat_template_hash(std::string_view chat_template) {
+  uint64_t hash = 0xcbf29ce484222325;
+  for (const char c : chat_template) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3;
+  return hash;
+}
+
+ChatFormat load_chat_format(const std::string& path, const std::string& chat_format) {
   const TokenizerConfig c = read_tokenizer_config(path);
   std::string tmpl, source = c.file.string();
   const auto it = c.json.find("chat_template");
@@ -458,7 +485,22 @@ ChatFormat load_chat_format(const std::string& path) {
         tmpl = t["template"].get<std::string>();
   }
   if (tmpl.empty()) fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
-  return chat_format_from_template(tmpl, config_bos_token(c.json, c.file.string()), source);
+  ChatFormat format = chat_format_from_template(tmpl, config_bos_token(c.json, c.file.string()), source);
+  const uint64_t hash = chat_template_hash(tmpl);
+  const bool checked = std::any_of(std::begin(kCheckedTemplates), std::end(kCheckedTemplates),
+                                   [&](const CheckedTemplate& t) { return t.hash == hash; });
+  if (!chat_format.empty() && chat_format != format.name())
+    fail("chat format: --chat-format ", chat_format, ", but the chat template of ", source, " reads as ", format.name());
+  if (!checked && chat_format.empty()) {
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "0x%016llx", static_cast<unsigned long long>(hash));
+    fail("chat format: the chat template of ", source, " (", hex, ") reads as ", format.name(),
+         ", but it is not one whose rendering Ingot has checked against transformers': its own separators, "
+         "trimming or default turns may differ from the built-in ", format.name(), " and train other text than "
+         "the model sees. Check it with tools/check_chat_template.py, or pass --chat-format ", format.name(),
+         " to render it as ", format.name(), " anyway");
+  }
+  return format;
 }
 
 std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages) {

@@ -59,7 +59,14 @@ ChatFormat chat_format_from_template(std::string_view chat_template, const std::
                                      const std::string& source);
 // Reads `chat_template` and `bos_token` from a tokenizer_config.json (or a folder holding one), the
 // template from the chat_template.jinja beside it where chat_template_file_in_use names that.
-ChatFormat load_chat_format(const std::string& path);
+// Markers alone cannot tell a template's separators, trimming and default turns: only a template
+// whose rendering was checked against transformers' (kCheckedTemplates, by the hash of its text;
+// tools/check_chat_template.py) is taken as is. Any other is refused, unless `chat_format` names the
+// built-in format ("chatml", "chatml-qwen3", "llama3") to render it with, which must be the one its
+// markers give: the user takes that rendering knowingly.
+ChatFormat load_chat_format(const std::string& path, const std::string& chat_format = "");
+// FNV-1a 64 of a template's text: how kCheckedTemplates knows it.
+uint64_t chat_template_hash(std::string_view chat_template);
 // The chat_template.jinja that load_chat_format reads the template from, as transformers reads a
 // model folder: the one beside a tokenizer_config.json, which overrides its chat_template; beside a
 // config file of another name, only where that file has none. "" when the config's own is read.

@@ -767,10 +767,12 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
                 tokenizer.name());
     INGOT_CHECK(!options.chat_template.empty(), "prepare: format ", name,
                 " needs the model's tokenizer_config.json for its chat template (--chat-template)");
-    format = load_chat_format(options.chat_template);
+    format = load_chat_format(options.chat_template, options.chat_format);
     const auto& bpe = static_cast<const BpeTokenizer&>(tokenizer);
+    // One token, as encode() finds it in text: an ordinary vocabulary entry (Qwen's "<s>") is
+    // split into pieces, so it would be trained as plain text all the same.
     for (const std::string& token : format->control_tokens())
-      if (bpe.token_to_id(token) < 0)
+      if (const std::vector<int32_t> ids = bpe.encode(token); ids.size() != 1 || bpe.token_to_id(token) != ids[0])
         fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
              ", which tokenizer ", tokenizer.name(), " has no token for: it would be trained as plain text; use the "
              "tokenizer.json and tokenizer_config.json of the same model");

@@ -62,6 +62,7 @@ OverflowPolicy parse_overflow_policy(const std::string& name);  // "truncate" | 
 struct PrepareOptions {
   PrepareFormat format = PrepareFormat::text;
   std::string chat_template;          // chat / alpaca: tokenizer_config.json (or its folder)
+  std::string chat_format;            // chat / alpaca: a built-in format for an unchecked template ("": none)
   std::string messages_field = "messages";  // chat: the field holding the conversation
   bool train_on_inputs = false;       // chat / alpaca: loss on every token, not only the assistant's
   int64_t max_seq_len = 0;            // > 0: longest document kept whole (tokens)
