@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checks Ingot's rendering of chat templates against transformers' (jinja2, as apply_chat_template
-runs it), token id for token id, on a set of conversations. A template whose every conversation
-matches may join kCheckedTemplates in src/ingot/data/chat_format.cpp under the hash printed here.
+runs it), token id for token id, on a set of conversations (the loss mask is not compared). A
+template whose every conversation matches ("match (8 of 8 ...)", exit 0) may join kCheckedTemplates
+in src/ingot/data/chat_format.cpp under the hash printed here, after which Ingot (rebuilt) takes it
+without --chat-format. A template that refuses a conversation, or that Ingot refuses, fails.
 
 Usage: python3 tools/check_chat_template.py --ingot build/ingot --tokenizer DIR [--chat-format NAME] TEMPLATE...
   TEMPLATE   a tokenizer_config.json, or a folder holding one (its chat_template.jinja wins, as in
@@ -11,6 +13,7 @@ Usage: python3 tools/check_chat_template.py --ingot build/ingot --tokenizer DIR 
 Needs: pip install jinja2 tokenizers. Prints one line a template: hash, verdict, matching cases.
 """
 import argparse
+import datetime
 import json
 import os
 import struct
@@ -45,6 +48,11 @@ CONVERSATIONS = {
 
 
 def fnv1a64(text):
+    """Ingot's chat_template_hash: of the text as Jinja reads it (CR LF and CR as LF, one final
+    newline dropped)."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if text.endswith("\n"):
+        text = text[:-1]
     h = 0xCBF29CE484222325
     for byte in text.encode("utf-8"):
         h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
@@ -62,7 +70,7 @@ def load_template(path):
     jinja_path = os.path.join(os.path.dirname(config_path), "chat_template.jinja")
     template = config.get("chat_template")
     if os.path.exists(jinja_path) and (os.path.basename(config_path) == "tokenizer_config.json" or template is None):
-        with open(jinja_path, encoding="utf-8") as f:
+        with open(jinja_path, encoding="utf-8", newline="") as f:  # the bytes Ingot hashes
             template = f.read()
     if isinstance(template, list):
         template = next(t["template"] for t in template if t.get("name") == "default")
@@ -77,9 +85,10 @@ def render(config, template, messages):
     env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, **_: json.dumps(x, indent=indent,
                                                                                       ensure_ascii=ensure_ascii)
     env.globals["raise_exception"] = raise_exception
-    return env.from_string(template).render(messages=messages, add_generation_prompt=False,
-                                            bos_token=token_text(config.get("bos_token")) or "",
-                                            eos_token=token_text(config.get("eos_token")) or "")
+    env.globals["strftime_now"] = lambda pattern: datetime.datetime.now().strftime(pattern)
+    special = {key: token_text(config.get(key)) or "" for key in
+               ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")}
+    return env.from_string(template).render(messages=messages, add_generation_prompt=False, **special)
 
 
 def shard_tokens(path):
@@ -96,8 +105,9 @@ def check(args, template_path, tokenizer):
         for name, messages in CONVERSATIONS.items():
             try:
                 expected = tokenizer.encode(render(config, template, messages), add_special_tokens=False).ids
-            except jinja2.exceptions.TemplateError:
-                continue  # the template refuses this conversation
+            except jinja2.exceptions.TemplateError as error:  # Ingot would render it all the same
+                verdict = verdict or "TEMPLATE ERROR in %s: %s" % (name, error)
+                continue
             records = os.path.join(work, name + ".jsonl")
             with open(records, "w", encoding="utf-8") as f:
                 f.write(json.dumps({"messages": messages}) + "\n")
@@ -133,7 +143,7 @@ def main():
         digest, verdict, matched = check(args, path, tokenizer)
         print("0x%016x  %s  %s (%d of %d conversations: %s)" % (digest, path, verdict, len(matched),
                                                              len(CONVERSATIONS), " ".join(matched)))
-        failed |= verdict.startswith("MISMATCH")
+        failed |= verdict != "match"
     sys.exit(1 if failed else 0)
 
 

@@ -381,6 +381,7 @@ TEST(Chat, TemplateFileOverridesTheConfigsTemplate) {
   EXPECT_TRUE(fs::exists(dir + "/out/tokenizer_config.json"));
   EXPECT_FALSE(fs::exists(dir + "/out/chat_template.jinja"));
   EXPECT_TRUE(load_chat_format(dir + "/out", "chatml").default_system.empty());
+  EXPECT_EQ(read_json(dir + "/out/meta.json").at("chat_template_checked"), false);  // rendered by --chat-format
 }
 
 TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
@@ -419,6 +420,7 @@ TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
   std::ifstream meta_in(dir + "/out/meta.json");
   const auto meta = nlohmann::json::parse(meta_in);
   EXPECT_EQ(meta.at("chat_format"), "llama3");
+  EXPECT_EQ(meta.at("chat_template_checked"), true);
   EXPECT_EQ(meta.at("loss_mask"), true);
 
   o.train_on_inputs = true;
@@ -593,9 +595,20 @@ TEST(PrepareChat, UncheckedTemplateIsRefusedUnlessItsFormatIsNamed) {
   msg = error_of([&] { load_chat_format(dir, "llama3"); });
   EXPECT_NE(msg.find("--chat-format llama3, but the chat template of " + dir + "/tokenizer_config.json reads as chatml"),
             std::string::npos) << msg;
-  // The checked templates load as they are.
+  // The checked templates load as they are, also from a .jinja saved with a final CRLF (Jinja drops
+  // a final newline and reads CRLF as LF; so does the hash, FNV-1a 64 of the text so read).
   EXPECT_EQ(load_chat_format(fixtures() + "/chatml_tokenizer").name(), "chatml");
   EXPECT_EQ(load_chat_format(fixtures() + "/llama3_tokenizer").name(), "llama3");
+  EXPECT_EQ(chat_template_hash(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(chat_template_hash("a"), 0xaf63dc4c8601ec8cull);
+  const std::string saved = read_json(fixtures() + "/chatml_tokenizer/tokenizer_config.json")["chat_template"];
+  EXPECT_EQ(chat_template_hash(saved + "\r\n"), chat_template_hash(saved));
+  EXPECT_EQ(chat_template_hash("a\r\nb\rc"), chat_template_hash("a\nb\nc"));
+  const std::string jinja_dir = test::temp_dir("prepare_chat_crlf");
+  config.erase("chat_template");
+  std::ofstream(jinja_dir + "/tokenizer_config.json") << config.dump();
+  std::ofstream(jinja_dir + "/chat_template.jinja", std::ios::binary) << saved << "\r\n";
+  EXPECT_EQ(load_chat_format(jinja_dir).default_system, "You are a careful assistant. Answer briefly.");
 }
 
 TEST(PrepareChat, BadInputNamesFileLineAndProblem) {

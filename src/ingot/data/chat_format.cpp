@@ -57,8 +57,17 @@ std::string_view rstrip_newlines(std::string_view s) {
   return s;
 }
 
+// Template text with its line ends as Jinja reads them: "\r\n" and "\r" become "\n".
+std::string jinja_newlines(std::string_view text) {
+  std::string out(text);
+  for (size_t at = out.find('\r'); at != std::string::npos; at = out.find('\r', at))
+    out.replace(at, at + 1 < out.size() && out[at + 1] == '\n' ? 2 : 1, "\n");
+  return out;
+}
+
 // A Python string literal's body with its escapes undone, as Jinja reads it: \n \t \r \\ \' \"
-// \xNN \uNNNN \UNNNNNNNN and octal; an unknown escape keeps its backslash, as Python does.
+// \xNN \uNNNN \UNNNNNNNN (a scalar value) and octal; any other escape (\N{...} too) keeps its
+// backslash, as Python does for an unknown one.
 std::string python_string_body(std::string_view body) {
   std::string out;
   auto hex = [&](size_t at, size_t digits, uint32_t* value) {
@@ -80,7 +89,7 @@ std::string python_string_body(std::string_view body) {
     const char e = body[++i];
     uint32_t code = 0;
     const size_t digits = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
-    if (digits && hex(i + 1, digits, &code)) {
+    if (digits && hex(i + 1, digits, &code) && code <= 0x10FFFF && (code < 0xD800 || code > 0xDFFF)) {
       utf8_append(&out, static_cast<char32_t>(code));
       i += digits;
     } else if (e >= '0' && e <= '7') {
@@ -121,9 +130,7 @@ TemplateLiterals template_literals(std::string_view tmpl) {
   for (size_t i = 0; i < tmpl.size();) {
     const size_t tag = next_tag(i);
     if (tag > i) {
-      std::string text(tmpl.substr(i, tag - i));
-      for (size_t at = text.find('\r'); at != std::string::npos; at = text.find('\r', at))
-        text.replace(at, at + 1 < text.size() && text[at + 1] == '\n' ? 2 : 1, "\n");
+      std::string text = jinja_newlines(tmpl.substr(i, tag - i));
       const bool blank = std::all_of(text.begin(), text.end(), [](char ch) { return std::isspace(static_cast<unsigned char>(ch)); });
       if (!first_found && !blank) first_found = true, out.first_output = text;
       out.texts.push_back(std::move(text));
@@ -451,10 +458,10 @@ struct CheckedTemplate {
 constexpr CheckedTemplate kCheckedTemplates[] = {
     {0x76cb6c4659a68fe8, "tests/fixtures/chat/llama3_tokenizer"},
     {0xad16736ba07fbb39, "tests/fixtures/chat/chatml_tokenizer, chatml_default"},
-    {0x2bfdb7aa9754484e, "Qwen3"},
+    {0x2bfdb7aa9754484e, "Qwen3 (hybrid thinking: Qwen3-0.6B to 235B-A22B)"},
     {0x8a87094e0e1e24c5, "Qwen2-7B-Instruct"},
     {0xc867da37c989d41f, "Qwen1.5"},
-    {0xc2b27ee60f1b8775, "Qwen2.5-Instruct"},
+    {0xe642ce246d7f2e3d, "Qwen2.5-Instruct"},
     {0x45ec583d4d25bc3a, "SmolLM2-Instruct"},
     {0x773d13e188afc917, "Mistral-7B-OpenOrca"},
     {0xe60067a5537498e, "Meta-Llama-3-8B-Instruct"},
@@ -462,8 +469,12 @@ constexpr CheckedTemplate kCheckedTemplates[] = {
 }  // namespace
 
 uint64_t chat_template_hash(std::string_view chat_template) {
+  // Of the text as Jinja reads it: "\r\n" and "\r" are "\n", and one final newline is dropped, so
+  // a template saved with other line ends is the same template.
+  std::string text = jinja_newlines(chat_template);
+  if (text.ends_with('\n')) text.pop_back();
   uint64_t hash = 0xcbf29ce484222325;
-  for (const char c : chat_template) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3;
+  for (const char c : text) hash = (hash ^ static_cast<uint8_t>(c)) * 0x100000001b3;
   return hash;
 }
 
@@ -489,6 +500,7 @@ ChatFormat load_chat_format(const std::string& path, const std::string& chat_for
   const uint64_t hash = chat_template_hash(tmpl);
   const bool checked = std::any_of(std::begin(kCheckedTemplates), std::end(kCheckedTemplates),
                                    [&](const CheckedTemplate& t) { return t.hash == hash; });
+  format.checked = checked;
   if (!chat_format.empty() && chat_format != format.name())
     fail("chat format: --chat-format ", chat_format, ", but the chat template of ", source, " reads as ", format.name());
   if (!checked && chat_format.empty()) {
@@ -497,8 +509,9 @@ ChatFormat load_chat_format(const std::string& path, const std::string& chat_for
     fail("chat format: the chat template of ", source, " (", hex, ") reads as ", format.name(),
          ", but it is not one whose rendering Ingot has checked against transformers': its own separators, "
          "trimming or default turns may differ from the built-in ", format.name(), " and train other text than "
-         "the model sees. Check it with tools/check_chat_template.py, or pass --chat-format ", format.name(),
-         " to render it as ", format.name(), " anyway");
+         "the model sees. Check it with tools/check_chat_template.py --chat-format ", format.name(),
+         " (a template whose every conversation matches can join kCheckedTemplates), or pass --chat-format ",
+         format.name(), " to render it as ", format.name(), " anyway");
   }
   return format;
 }

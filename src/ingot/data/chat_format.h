@@ -47,6 +47,7 @@ struct ChatFormat {
   std::string bos_token;       // text prepended to each conversation ("" for none)
   std::string default_system;  // chatml: system content used when none is given ("" for none)
   bool think_blocks = false;   // chatml: Qwen3 reasoning handling
+  bool checked = false;        // load_chat_format: the template is one of kCheckedTemplates (not forced)
   std::string name() const;    // "llama3", "chatml", "chatml-qwen3"
   // The control tokens the rendering writes (bos_token included when set): each must be one
   // token of the tokenizer, or the text would be trained as plain characters.

@@ -617,7 +617,11 @@ class DocumentEncoder {
         } catch (const Error& e) {
           // A record's own bytes the tokenizer drops, found once its batch is tokenized: skipped as
           // a bad line is. Any other failure to align is the tokenizer's, for every record alike.
-          const bool dropped_byte = bpe_->first_dropped_byte(doc.text) >= 0;
+          // Of the record's own text: the template's (a default system turn) is checked at load.
+          const bool dropped_byte = std::any_of(doc.messages.begin(), doc.messages.end(), [&](const ChatMessage& m) {
+            return bpe_->first_dropped_byte(m.content) >= 0 ||
+                   (m.reasoning_content && bpe_->first_dropped_byte(*m.reasoning_content) >= 0);
+          });
           if (!options_.skip_invalid_json || !dropped_byte)
             fail("prepare: ", doc.where, ": ", e.what(),
                  dropped_byte ? " (skip_invalid_json / --skip-invalid-json skips such lines)" : "");
@@ -774,8 +778,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     for (const std::string& token : format->control_tokens())
       if (const std::vector<int32_t> ids = bpe.encode(token); ids.size() != 1 || bpe.token_to_id(token) != ids[0])
         fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
-             ", which tokenizer ", tokenizer.name(), " has no token for: it would be trained as plain text; use the "
-             "tokenizer.json and tokenizer_config.json of the same model");
+             ", which tokenizer ", tokenizer.name(), " has no added token for (one encode() finds whole in text): it "
+             "would be trained as plain text; use the tokenizer.json and tokenizer_config.json of the same model");
+    if (const int byte = bpe.first_dropped_byte(format->default_system); byte >= 0)
+      fail("prepare: the default system turn of the chat template of ", options.chat_template, " holds byte ", byte,
+           ", which the tokenizer drops (no token for it, no unk_token)");
   }
   int32_t eos_id = tokenizer.eos_id();
   if (!options.eos_token.empty()) {
@@ -1034,6 +1041,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   };
   if (chat) {
     meta["chat_format"] = report.chat_format;
+    // false: an unchecked template rendered with --chat-format, as its user chose.
+    meta["chat_template_checked"] = format && format->checked;
     meta["train_on_inputs"] = options.train_on_inputs;
   }
   for (const PreparedShard& shard : report.shards)
