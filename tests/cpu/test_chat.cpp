@@ -472,6 +472,17 @@ TEST(PrepareChat, ARecordWhoseBytesTheTokenizerDropsIsNamedOrSkipped) {
   EXPECT_EQ(report.skipped_json_lines, 1);
   EXPECT_EQ(report.num_documents, 1099);
   EXPECT_EQ(Shard(dir + "/out/train-00000.bin").num_documents(), 1099u);
+  // Such a byte in the template's own default system turn is the template's, not the records': it
+  // was counted against every record without a system message, and those were skipped.
+  nlohmann::json config = read_json(dir + "/tokenizer_config.json");
+  std::string tmpl = config["chat_template"];
+  tmpl.replace(tmpl.find("You are a careful"), 17, "\u041f\u0440\u0438 a careful");
+  config["chat_template"] = tmpl;
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  o.chat_format = "chatml";
+  const std::string refused = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(refused.find("the default system turn of the chat template of " + dir + " holds byte 0xD0, which the tokenizer drops"),
+            std::string::npos) << refused;
 }
 
 TEST(PrepareChat, AlpacaAndOverflow) {
