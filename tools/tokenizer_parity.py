@@ -238,32 +238,23 @@ def main():
     gpt2p = train("gpt2_prefix", args.out, pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), None,
                   False, ["<|endoftext|>"], [])
     configs.append(expected("gpt2_prefix", gpt2p, cases))
+    def split_config(name, splits):
+        """A byte-level tokenizer behind the Split steps [(pattern, behavior)], trained and encoded."""
+        steps = [pre_tokenizers.Split(Regex(p) if p else "", behavior=b) for p, b in splits]
+        folder = train(name, args.out, pre_tokenizers.Sequence(
+            steps + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]), None, False,
+            ["<|endoftext|>"], [])
+        configs.append(expected(name, folder, cases))
     # Split patterns whose meaning differs between Oniguruma and a plain PCRE2 reading: ^ and $ at
     # every line, empty matches that cut the text, \b (so \w), \h (a hex digit, in a class), and a
-    # String pattern "" (no split). Removing each piece's first character makes every cut show in
-    # the ids, where BPE alone would often give the same tokens either way.
-    split_edges = train(
-        "split_edges", args.out,
-        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"^ +"), behavior="removed"),
-                                 pre_tokenizers.Split(Regex(r" +$"), behavior="removed"),
-                                 pre_tokenizers.Split(Regex(r"(?=(\d{3})+(?!\d))"), behavior="isolated"),
-                                 pre_tokenizers.Split(Regex(r"\b"), behavior="isolated"),
-                                 pre_tokenizers.Split(Regex(r"\A."), behavior="removed"),
-                                 pre_tokenizers.Split(Regex(r"[\h]{2}"), behavior="removed"),
-                                 pre_tokenizers.Split("", behavior="removed", invert=False),
-                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
-        None, False, ["<|endoftext|>"], [])
-    configs.append(expected("split_edges", split_edges, cases))
+    # String pattern "" (it cuts between characters). Removing each piece's first character makes
+    # every cut show in the ids, where BPE alone would often give the same tokens either way.
+    split_config("split_edges", [(r"^ +", "removed"), (r" +$", "removed"), (r"(?=(\d{3})+(?!\d))", "isolated"),
+                                 (r"\b", "isolated"), (r"\A.", "removed"), (r"[\h]{2}", "removed"), ("", "removed")])
     # Group options as Oniguruma reads them: its m lets the dot match a newline (PCRE2's s), and an
     # option set alone reaches to the end of its group across '|' (e(?i)s|t is e(?i:s|t)).
-    split_options = train(
-        "split_options", args.out,
-        pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(r"\n(?m)."), behavior="removed"),
-                                 pre_tokenizers.Split(Regex(r"e(?i)s|t"), behavior="removed"),
-                                 pre_tokenizers.Split(Regex(r"(?:a(?i)N|d)|(?#c)(?-i:O(?i)f)"), behavior="isolated"),
-                                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
-        None, False, ["<|endoftext|>"], [])
-    configs.append(expected("split_options", split_options, cases))
+    split_config("split_options", [(r"\n(?m).", "removed"), (r"e(?i)s|t", "removed"),
+                                   (r"(?:a(?i)N|d)|(?#c)(?-i:O(?i)f)", "isolated")])
     with open(os.path.join(args.out, "parity.json"), "w", encoding="utf-8") as f:
         json.dump({"tokenizers_version": tokenizers.__version__, "configs": configs}, f, ensure_ascii=False)
     print("wrote %d configs x %d cases to %s" % (len(configs), len(cases), args.out))

@@ -22,6 +22,7 @@
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
+#include "ingot/core/text.h"
 #include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
@@ -449,11 +450,7 @@ int command_prepare(data::PrepareOptions options, const std::string& tokenizer_p
   if (const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(tokenizer.get())) {
     if (const std::vector<uint8_t> dropped = bpe->dropped_bytes(); !dropped.empty()) {
       std::string listed;
-      for (size_t i = 0; i < std::min<size_t>(dropped.size(), 8); ++i) {
-        char hex[8];
-        std::snprintf(hex, sizeof hex, "0x%02X", dropped[i]);
-        listed += (i ? ", " : "") + std::string(hex);
-      }
+      for (size_t i = 0; i < std::min<size_t>(dropped.size(), 8); ++i) listed += (i ? ", " : "") + byte_hex(dropped[i]);
       std::cerr << "warning: " << options.tokenizer_file << " has no token for " << dropped.size()
                 << " of the 256 bytes (" << listed << (dropped.size() > 8 ? ", ..." : "")
                 << ") and no unk_token: text holding them loses them, as Hugging Face tokenizers drops them\n";

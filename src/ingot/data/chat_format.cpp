@@ -12,6 +12,7 @@
 
 #include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
+#include "ingot/core/text.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/unicode_nfc.h"
 #include "ingot/io/json_util.h"
@@ -630,12 +631,10 @@ TokenizedChat tokenize_chat(const ChatFormat& format, const BpeTokenizer& tokeni
   if (align_chat_mask(rendered, tokenizer.encode(rendered.text), tokenizer, train_on_inputs, &out))
     return out;
   // A byte the tokenizer has no token for (and no unk_token) is dropped, as tokenizers drops it.
-  if (const int byte = tokenizer.first_dropped_byte(rendered.text); byte >= 0) {
-    char hex[8];
-    std::snprintf(hex, sizeof hex, "0x%02X", byte);
-    fail("chat: the conversation holds byte ", hex, ", which the tokenizer has no token for (and no unk_token): "
-         "it drops it, so the tokens do not spell the text and the loss mask cannot be aligned");
-  }
+  if (const int byte = tokenizer.first_dropped_byte(rendered.text); byte >= 0)
+    fail("chat: the conversation holds byte ", byte_hex(static_cast<uint8_t>(byte)), ", which the tokenizer has no "
+         "token for (and no unk_token): it drops it, so the tokens do not spell the text and the loss mask cannot be "
+         "aligned");
   fail("chat: the tokens of a rendered conversation do not spell its text, so the loss mask cannot "
        "be aligned (a tokenizer normalizer other than NFC?)");
 }

@@ -780,12 +780,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
              ", which tokenizer ", tokenizer.name(), " has no added token for (one encode() finds whole in text): it "
              "would be trained as plain text; use the tokenizer.json and tokenizer_config.json of the same model");
-    if (const int byte = bpe.first_dropped_byte(format->default_system); byte >= 0) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", byte);
-      fail("prepare: the default system turn of the chat template of ", options.chat_template, " holds byte ", hex,
-           ", which the tokenizer drops (no token for it, no unk_token)");
-    }
+    if (const int byte = bpe.first_dropped_byte(format->default_system); byte >= 0)
+      fail("prepare: the default system turn of the chat template of ", options.chat_template, " holds byte ",
+           byte_hex(static_cast<uint8_t>(byte)), ", which the tokenizer drops (no token for it, no unk_token)");
   }
   int32_t eos_id = tokenizer.eos_id();
   if (!options.eos_token.empty()) {
