@@ -186,6 +186,31 @@ TEST(ModelConfig, RopeParametersNewStyle) {
   EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 131072);  // defaults to max_position_embeddings
 }
 
+TEST(ModelConfig, TopLevelOriginalMaxPositionEmbeddingsWinsForLlama3) {
+  // transformers 5 moves a top-level original_max_position_embeddings into the llama3 RoPE
+  // parameters over the dict's own value (standardize_rope_params); reading only the dict trained
+  // with other frequencies than transformers computes, with exit 0.
+  const nlohmann::json llama3 = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  ModelConfig c = parse_model_config(
+      config_text("llama", {{"original_max_position_embeddings", 4096}, {"rope_scaling", llama3}}), kSource);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 4096);
+  nlohmann::json without = llama3;
+  without.erase("original_max_position_embeddings");
+  c = parse_model_config(config_text("qwen2", {{"max_position_embeddings", 131072},
+                                               {"original_max_position_embeddings", 2048},
+                                               {"rope_parameters", without}}),
+                         kSource);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 2048);
+  // An export writes the resolved value inside rope_scaling, where every transformers version reads it.
+  EXPECT_EQ(nlohmann::json::parse(model_config_to_json(c))["rope_scaling"]["original_max_position_embeddings"], 2048);
+  expect_parse_error(config_text("llama", {{"original_max_position_embeddings", 0}, {"rope_scaling", llama3}}),
+                     {"\"original_max_position_embeddings\"", "must be > 0", kSource});
+  // Without llama3 scaling transformers does not use it, and neither does Ingot.
+  EXPECT_FALSE(parse_model_config(config_text("llama", {{"original_max_position_embeddings", 4096}}), kSource)
+                   .rope_scaling.enabled);
+}
+
 TEST(ModelConfig, RoundTripThroughJson) {
   ModelConfig llama = parse_model_config(
       config_text("llama", {{"num_key_value_heads", 2}, {"tie_word_embeddings", true}, {"rope_theta", 500000.0},

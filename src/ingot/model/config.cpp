@@ -127,16 +127,20 @@ void parse_rope(const json& root, const JsonFields& fields, const std::string& s
   scaling.factor = rope.get_number("factor", scaling.factor);
   scaling.low_freq_factor = rope.get_number("low_freq_factor", scaling.low_freq_factor);
   scaling.high_freq_factor = rope.get_number("high_freq_factor", scaling.high_freq_factor);
-  // transformers 5 defaults this to max_position_embeddings when absent.
+  // transformers 5 takes a top-level original_max_position_embeddings over the dict's (written for
+  // Phi-3, whose configs keep it there, but applied to every llama3 config), and defaults it to
+  // max_position_embeddings when neither has it.
+  const bool top_level = fields.find("original_max_position_embeddings") != nullptr;
   scaling.original_max_position_embeddings =
-      rope.get_int("original_max_position_embeddings", config->max_position_embeddings);
+      top_level ? fields.get_int("original_max_position_embeddings", 0)
+                : rope.get_int("original_max_position_embeddings", config->max_position_embeddings);
   if (!(scaling.factor > 0)) fail("key \"", dict_key, ".factor\" in ", source, " must be > 0, got ", scaling.factor);
   if (!(scaling.low_freq_factor > 0) || !(scaling.high_freq_factor > scaling.low_freq_factor))
     fail("keys \"", dict_key, ".low_freq_factor\" (", scaling.low_freq_factor, ") and \"", dict_key,
          ".high_freq_factor\" (", scaling.high_freq_factor, ") in ", source, " must satisfy 0 < low < high");
   if (scaling.original_max_position_embeddings <= 0)
-    fail("key \"", dict_key, ".original_max_position_embeddings\" in ", source, " must be > 0, got ",
-         scaling.original_max_position_embeddings);
+    fail("key \"", top_level ? "" : std::string(dict_key) + ".", "original_max_position_embeddings\" in ", source,
+         " must be > 0, got ", scaling.original_max_position_embeddings);
 }
 
 }  // namespace
@@ -147,7 +151,7 @@ const std::vector<std::string>& model_config_keys() {
       "num_key_value_heads", "head_dim", "max_position_embeddings", "rms_norm_eps", "initializer_range",
       "tie_word_embeddings", "attention_bias", "rope_theta", "rope_scaling", "rope_parameters", "bos_token_id",
       "eos_token_id", "dtype", "torch_dtype", "hidden_act", "mlp_bias", "use_sliding_window", "sliding_window",
-      "max_window_layers", "layer_types",
+      "max_window_layers", "layer_types", "original_max_position_embeddings",
       "attention_dropout", "partial_rotary_factor", "architectures", "use_cache", "pad_token_id", "transformers_version", "pretraining_tp"};
   return keys;
 }
