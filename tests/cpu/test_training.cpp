@@ -1483,10 +1483,17 @@ TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 40 --top-k 0 "
                                    "--temperature 1 --seed 1", &out)) << out;
   EXPECT_EQ(0u, out.find("the ")) << out;
-  // A prompt past the context is cut to its last max_position_embeddings tokens, with a word.
+  EXPECT_EQ(out.find("note: "), std::string::npos) << out;  // 4 + 40 tokens fit the 64-token context
+  // A prompt past the context is cut to its last max_position_embeddings tokens, with a word; a
+  // sample that grows past it slides its window, also said (transformers' would not).
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt '" + std::string(70, 'a') +
                                "' --max-new-tokens 2 --temperature 0", &out)) << out;
   EXPECT_NE(out.find("warning: the prompt is 70 tokens, above max_position_embeddings 64 of " + root + "/padded"),
+            std::string::npos) << out;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 61 --temperature 0",
+                           &out)) << out;
+  EXPECT_NE(out.find("note: the prompt's 4 tokens plus --max-new-tokens 61 pass max_position_embeddings 64 of " + root +
+                     "/padded/checkpoint-2: from there on the model sees the last 64 tokens"),
             std::string::npos) << out;
 }
 

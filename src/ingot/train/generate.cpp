@@ -158,6 +158,16 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     std::cerr << "warning: the prompt is " << tokens.size() << " tokens, above max_position_embeddings "
               << config.max_position_embeddings << " of " << dir << ": the model sees only its last "
               << config.max_position_embeddings << "\n";
+  // Said up front (the text streams to stdout): transformers' generate keeps the whole sequence
+  // and walks past the trained positions; Ingot keeps its window at the trained length instead,
+  // so a long sample from a short-context model (the demo's 64 bytes) stays text.
+  if (o.max_new_tokens > 0 && static_cast<int64_t>(tokens.size()) + std::min<int64_t>(o.max_new_tokens, context) >
+                                  config.max_position_embeddings)
+    std::cerr << "note: the prompt's " << tokens.size() << " tokens plus --max-new-tokens " << o.max_new_tokens
+              << " pass max_position_embeddings " << config.max_position_embeddings << " of " << dir
+              << ": from there on the model sees the last " << config.max_position_embeddings
+              << " tokens, at positions 0 to " << config.max_position_embeddings - 1
+              << " (transformers' generate would keep them all, at positions the model was not trained on)\n";
   DeviceContext device(o.device, 0);
   Context& ctx = device.get();
   // Sampling needs no optimizer: on CUDA the bf16 weights alone, without f32 master copies.
