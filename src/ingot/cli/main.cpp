@@ -44,9 +44,6 @@ namespace {
 
 // A command line that parses but cannot run as given (a missing config, flags that exclude each
 // other or do not apply): exit 2, as for a line that does not parse.
-struct UsageError : Error {
-  using Error::Error;
-};
 template <typename... Parts>
 [[noreturn]] void usage_error(const Parts&... parts) {
   fail_as<UsageError>(parts...);
@@ -84,6 +81,19 @@ CLI::Validator at_least(double least) {
         std::ostringstream message;
         message << "must be " << least << " or more, got " << text;
         return std::strtod(text.c_str(), nullptr) >= least ? std::string() : message.str();
+      },
+      "");
+}
+// A value outside [least, most] (after kInteger): "must lie in [1, 16777216], got 0". Every bound
+// a library function checks again is checked here too, so that both ends of a range exit 2.
+CLI::Validator in_range(int64_t least, int64_t most) {
+  return CLI::Validator(
+      [least, most](std::string& text) {
+        const long long value = std::strtoll(text.c_str(), nullptr, 10);
+        if (value >= least && value <= most) return std::string();
+        std::ostringstream message;
+        message << "must lie in [" << least << ", " << most << "], got " << text;
+        return message.str();
       },
       "");
 }
@@ -143,8 +153,9 @@ void command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch
                   const RecipeOptions& recipe_options, const std::string& recompute) {
   INGOT_CHECK(seq >= 1 && micro_batch >= 1, "info: --seq and --micro-batch must be positive, got ", seq, " and ",
               micro_batch);
-  INGOT_CHECK(seq <= kMaxTokensPerStep && micro_batch <= kMaxTokensPerStep / seq, "info: --micro-batch x --seq = ",
-              micro_batch, " x ", seq, " tokens is above the limit of ", kMaxTokensPerStep);
+  if (seq > kMaxTokensPerStep || micro_batch > kMaxTokensPerStep / seq)
+    usage_error("info: --micro-batch x --seq = ", micro_batch, " x ", seq, " tokens is above the limit of ",
+                kMaxTokensPerStep);
   const std::string dir = resolve_model_dir(model_dir);
   const ModelConfig c = load_model_config(dir);
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
@@ -546,7 +557,7 @@ int main(int argc, char** argv) {
   prepare->add_flag("--no-special-tokens", prep_no_special_tokens,
                     "text: leave out the tokenizer's special tokens around each document (Llama 3's <|begin_of_text|>)");
   prepare->add_option("--shard-tokens", prep.shard_tokens, "tokens per shard (default 100M)")
-      ->check(kInteger)->check(at_least(1));
+      ->check(kInteger)->check(in_range(1, int64_t{1} << 40));
   prepare->add_flag("--skip-invalid-json", prep.skip_invalid_json, "skip and count malformed JSONL lines instead of failing");
   prepare->add_flag("--overwrite", prep.overwrite, "replace shards already in the output directory");
   std::string prep_format = "text", prep_overflow = "truncate";
@@ -564,7 +575,7 @@ int main(int argc, char** argv) {
   prepare->add_option("--overflow", prep_overflow, "truncate (default) or drop documents longer than --max-seq-len")
       ->check(one_of({"truncate", "drop"}));
   prepare->add_option("--threads", prep.num_threads, "tokenizer threads (default: all cores)")
-      ->check(kInteger)->check(at_least(0));
+      ->check(kInteger)->check(in_range(0, 1024));
 
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
@@ -609,7 +620,9 @@ int main(int argc, char** argv) {
   std::string info_dir, info_precision = "fp32";
   int64_t info_seq = 2048, info_batch = 1;
   info->add_option("model", info_dir, "model or checkpoint directory, or a run's output_dir")->required();
-  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)")->check(kInteger)->check(at_least(1));
+  // As train's sequence_len.
+  info->add_option("--seq", info_seq, "sequence length for the estimate (default 2048)")
+      ->check(kInteger)->check(in_range(1, int64_t{1} << 24));
   info->add_option("--micro-batch", info_batch, "micro-batch for the estimate (default 1)")
       ->check(kInteger)->check(at_least(1));
   info->add_option("--precision", info_precision, "fp32 (CPU) or bf16 (CUDA) (default fp32)")
@@ -628,12 +641,14 @@ int main(int argc, char** argv) {
   auto* bench = app.add_subcommand("bench", "measure training throughput of a random-initialised model");
   BenchOptions bench_options;
   bench->add_option("--model", bench_options.model, "HF model or checkpoint directory, a run's output_dir, or a preset (llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b)")->required();
-  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)")->check(kInteger)->check(at_least(1));
+  bench->add_option("--seq", bench_options.seq, "sequence length (default 4096)")
+      ->check(kInteger)->check(in_range(1, int64_t{1} << 24));
   bench->add_option("--micro-batch", bench_options.micro_batch, "sequences per step (default 4)")
       ->check(kInteger)->check(at_least(1));
   bench->add_option("--steps", bench_options.steps, "timed steps; the median is reported (default 20)")
-      ->check(kInteger)->check(at_least(1));
-  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")->check(kInteger)->check(at_least(0));
+      ->check(kInteger)->check(in_range(1, kMaxBenchSteps));
+  bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")
+      ->check(kInteger)->check(in_range(0, kMaxBenchSteps));
   bench->add_option("--device", bench_options.device, "auto | cpu | cuda")->check(one_of({"auto", "cpu", "cuda"}));
   bool bench_no_master_weights = false, bench_no_cuda_graph = false;
   bench->add_flag("--no-master-weights", bench_no_master_weights, "update bf16 weights directly");
@@ -692,6 +707,9 @@ int main(int argc, char** argv) {
   try {
     if (*train) {
       if (list_keys) {
+        if (!config_path.empty() || !overrides.empty() || resume || overwrite)
+          usage_error("train: --list-keys prints the keys and runs nothing; leave out the config, --set, --resume and "
+                      "--overwrite");
         for (const ConfigKeyInfo& k : train_config_keys())
           std::cout << k.name << " (default " << k.default_value << "): " << k.help << "\n";
         return stdout_written("train --list-keys");
@@ -701,6 +719,9 @@ int main(int argc, char** argv) {
     }
     if (*prepare) {
       check_prepare_flags(*prepare, prep_format);
+      if (prepare->count("--eos-token") > 0 && tokenizer_path == "byte")
+        usage_error("prepare: --eos-token names a token of a tokenizer.json tokenizer; the byte tokenizer ends each "
+                    "document with its own end-of-text id 256: leave it out");
       return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
     }
     if (*generate) {

@@ -13,6 +13,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A command line that parses but cannot run as given (a flag that does not apply, values that
+// exceed a limit together): the CLI exits 2 for it, as for a line that does not parse.
+struct UsageError : Error {
+  using Error::Error;
+};
+
 // Throws E (Error or a kind of it) with the parts streamed into one message.
 template <typename E, typename... Parts>
 [[noreturn]] void fail_as(const Parts&... parts) {

@@ -66,21 +66,20 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
 }
 
 BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
-  // The upper bounds keep warmup + steps (and the step counter AdamW takes) from overflowing: a
-  // sum past 2^63 ran no step and read the median of none.
-  constexpr int64_t kMaxSteps = int64_t{1} << 30;
-  INGOT_CHECK(o.steps >= 1 && o.steps <= kMaxSteps, "ingot bench: --steps must lie in [1, ", kMaxSteps, "], got ", o.steps);
+  INGOT_CHECK(o.steps >= 1 && o.steps <= kMaxBenchSteps, "ingot bench: --steps must lie in [1, ", kMaxBenchSteps, "], got ", o.steps);
   INGOT_CHECK(o.logits_chunk_tokens >= 0, "ingot bench: --logits-chunk-tokens must be 0 (automatic) or more, got ",
               o.logits_chunk_tokens);
-  INGOT_CHECK(o.warmup >= 0 && o.warmup <= kMaxSteps, "ingot bench: --warmup must lie in [0, ", kMaxSteps, "], got ",
+  INGOT_CHECK(o.warmup >= 0 && o.warmup <= kMaxBenchSteps, "ingot bench: --warmup must lie in [0, ", kMaxBenchSteps, "], got ",
               o.warmup);
   INGOT_CHECK(o.seq >= 1 && o.micro_batch >= 1, "ingot bench: --seq and --micro-batch must be positive, got ", o.seq,
               " and ", o.micro_batch);
-  INGOT_CHECK(o.seq <= kMaxTokensPerStep && o.micro_batch <= kMaxTokensPerStep / o.seq,
-              "ingot bench: --micro-batch x --seq = ", o.micro_batch, " x ", o.seq, " tokens is above the limit of ",
-              kMaxTokensPerStep);
-  INGOT_CHECK(o.packed_doc_len >= 0 && o.packed_doc_len <= o.seq, "ingot bench: --packed-doc-len must lie in [1, --seq ",
-              o.seq, "] (0: whole rows), got ", o.packed_doc_len);
+  // Flags that do not fit together, or do not apply where the bench runs: usage errors (exit 2).
+  if (o.seq > kMaxTokensPerStep || o.micro_batch > kMaxTokensPerStep / o.seq)
+    fail_as<UsageError>("ingot bench: --micro-batch x --seq = ", o.micro_batch, " x ", o.seq,
+                        " tokens is above the limit of ", kMaxTokensPerStep);
+  if (o.packed_doc_len < 0 || o.packed_doc_len > o.seq)
+    fail_as<UsageError>("ingot bench: --packed-doc-len must lie in [1, --seq ", o.seq, "] (0: whole rows), got ",
+                        o.packed_doc_len);
   // A directory: a model, a checkpoint or a run's output_dir (its newest checkpoint), as generate,
   // info and export take it. Only its config is used.
   ModelConfig config = std::filesystem::is_directory(o.model) ? load_model_config(resolve_model_dir(o.model))
@@ -93,10 +92,11 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
   Context& ctx = device.get();
   // bench has no --precision: the device picks it, so a bf16-only flag on the CPU is a device error.
   // (Other bad values fall through to make_recipe, whose message names them.)
-  INGOT_CHECK(ctx.device == Device::cuda || (o.recipe.grad_dtype != "bf16" && o.recipe.optimizer_state_dtype != "bf16" &&
-                                               !o.recipe.stochastic_rounding && o.recipe.master_weights),
-              "ingot bench: --grad-dtype / --optimizer-state-dtype bf16, --stochastic-rounding and --no-master-weights "
-              "belong to the bf16 recipe, which runs on CUDA (--device cuda); the CPU benches fp32");
+  if (ctx.device != Device::cuda && (o.recipe.grad_dtype == "bf16" || o.recipe.optimizer_state_dtype == "bf16" ||
+                                     o.recipe.stochastic_rounding || !o.recipe.master_weights))
+    fail_as<UsageError>("ingot bench: --grad-dtype / --optimizer-state-dtype bf16, --stochastic-rounding and "
+                        "--no-master-weights belong to the bf16 recipe, which runs on CUDA (--device cuda); the CPU "
+                        "benches fp32");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   INGOT_CHECK(!recipe.stochastic_rounding || rounds_stochastically(recipe),
               "ingot bench: --stochastic-rounding rounds the bf16 stores of the update, and with master weights and f32 "

@@ -11,6 +11,10 @@
 
 namespace ingot {
 
+// The upper bound of --steps and --warmup keeps warmup + steps (and the step counter AdamW takes)
+// from overflowing: a sum past 2^63 ran no step and read the median of none.
+constexpr int64_t kMaxBenchSteps = int64_t{1} << 30;
+
 struct BenchOptions {
   std::string model;            // HF model directory (config.json) or a preset name
   int64_t seq = 4096, micro_batch = 4, steps = 20, warmup = 3;

@@ -625,8 +625,14 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                  "), so eos_token_id stays unset in checkpoints and exports; set model_config.eos_token_id";
     }
   }
-  DeviceContext device(c.device, c.num_threads);
-  Context& ctx = device.get();
+  // A device that cannot be had names where it was asked for, as any other value's error does.
+  std::optional<DeviceContext> device;
+  try {
+    device.emplace(c.device, c.num_threads);
+  } catch (const Error& e) {
+    fail(c.source_of({"device"}), ": ", e.what());
+  }
+  Context& ctx = device->get();
   const std::string precision = c.precision == "auto" ? (ctx.device == Device::cuda ? "bf16" : "fp32") : c.precision;
   if (const RecipeOptionProblem problem = find_recipe_option_problem(c.recipe_options(), precision); problem.key)
     fail(c.source_of({problem.key}), ": ", problem.message);
@@ -680,7 +686,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       estimate_training_memory(model_config, recipe, ctx.device, B, T, c.logits_chunk_tokens, recompute, by_document);
   const std::string workspace_note = fit_attention_workspace(memory, ctx);
   log << "ingot train: " << model_config.model_type << ", " << count_parameters(model_config) << " parameters, "
-      << "device " << device.description() << ", precision " << describe(recipe) << "\n"
+      << "device " << device->description() << ", precision " << describe(recipe) << "\n"
       << loader.summary() << "\n"
       << "memory plan: " << memory.summary() << "\n";
   if (!workspace_note.empty()) log << "note: " << workspace_note << "\n";
@@ -711,7 +717,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
            "config.json still says "
         << model_config.max_position_embeddings << "\n";
   if (!c.model.empty()) io::check_hf_weights(c.model, plan_parameters(model_config));  // before anything is allocated
-  check_memory_fits(memory, ctx, device.description(),
+  check_memory_fits(memory, ctx, device->description(),
                     recipe.name == "bf16"
                         ? "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, "
                           "master_weights: false, grad_dtype: bf16 or optimizer_state_dtype: bf16"
