@@ -657,6 +657,11 @@ TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
   fs::remove(dir + "/train-00001.bin");
   msg = error_of([&] { resolve_shard_paths({dir}); });
   EXPECT_NE(msg.find(dir + "/meta.json lists shard train-00001.bin, which is missing from " + dir), std::string::npos) << msg;
+  // With every shard gone, the first listed one is named (it said only "holds no *.bin shards").
+  fs::rename(dir + "/train-00000.bin", dir + "/train-00000.moved");
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find(dir + "/meta.json lists shard train-00000.bin, which is missing from " + dir), std::string::npos) << msg;
+  fs::rename(dir + "/train-00000.moved", dir + "/train-00000.bin");
   write_shard(dir + "/train-00001.bin", counting_shard(12, 0, 10));
   write_shard(dir + "/extra.bin", counting_shard(10, 0, 10));
   msg = error_of([&] { resolve_shard_paths({dir}); });

@@ -150,9 +150,9 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
         found.push_back(it->path().string());
       }
       if (ec) fail("data: cannot list directory ", spec, ": ", ec.message());
-      INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
       std::sort(found.begin(), found.end());
-      check_against_meta(spec, found);
+      check_against_meta(spec, found);  // first: a listed shard is named, also when none is left
+      INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
     } else {
       if (!fs::exists(spec, ec)) {
         const bool link = fs::is_symlink(fs::symlink_status(spec, ec));
