@@ -2226,6 +2226,40 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
                      "checkpoints carry the data's tokenizer"), std::string::npos) << out;
 }
 
+// A chat fine-tune carries the template that rendered its data: the starting model's
+// chat_template.jinja (transformers' layout since 4.49) went into every checkpoint beside the
+// data's tokenizer_config.json, and transformers renders the .jinja over the config's template.
+TEST_F(Training, ChatFineTuneCarriesTheDatasTemplateNotTheModels) {
+  const std::string fixtures = ingot::test::source_dir() + "/tests/fixtures/chat/";
+  std::string out, jsonl;
+  for (int i = 0; i < 40; ++i)
+    jsonl += R"({"messages": [{"role": "user", "content": "the cat sat"}, {"role": "assistant", "content": "on a mat"}]})" "\n";
+  write_file(root + "/chat.jsonl", jsonl);
+  ASSERT_EQ(0, run_command(cli() + " prepare " + root + "/chat.jsonl --format chat --tokenizer " + fixtures +
+                               "llama3_tokenizer -o " + root + "/chat", &out)) << out;
+  ASSERT_TRUE(fs::exists(root + "/chat/tokenizer_config.json"));
+  ASSERT_FALSE(fs::exists(root + "/chat/chat_template.jinja"));
+  std::string config = tiny_config(root + "/chat", root + "/base", 1, 0);
+  config.replace(config.find("vocab_size: 257"), 15, "vocab_size: 515");
+  ASSERT_EQ(0, train(config, "base", "--set eval_steps=0", &out)) << out;
+  const std::string base = root + "/base/checkpoint-1";
+  write_file(base + "/chat_template.jinja", "{{ 'the model folder's own template' }}");
+  const std::string tiny = tiny_config(root + "/chat", root + "/tuned", 1, 0);
+  ASSERT_EQ(0, train("model: " + base + "\n" + tiny.substr(tiny.find("train_data:")), "tuned", "--set eval_steps=0", &out))
+      << out;
+  const std::string tuned = root + "/tuned/checkpoint-1";
+  EXPECT_EQ(read_file(tuned + "/tokenizer_config.json"), read_file(root + "/chat/tokenizer_config.json"));
+  EXPECT_FALSE(fs::exists(tuned + "/chat_template.jinja"));
+  // A dataset without a tokenizer_config.json leaves the model's pair as it was.
+  fs::remove(root + "/chat/tokenizer_config.json");
+  nlohmann::json meta = nlohmann::json::parse(read_file(root + "/chat/meta.json"));
+  meta["tokenizer_files"] = {"tokenizer.json"};
+  write_file(root + "/chat/meta.json", meta.dump());
+  ASSERT_EQ(0, train("model: " + base + "\n" + tiny.substr(tiny.find("train_data:")), "kept", "--set eval_steps=0 "
+                     "--set output_dir=" + root + "/kept", &out)) << out;
+  EXPECT_EQ(read_file(root + "/kept/checkpoint-1/chat_template.jinja"), read_file(base + "/chat_template.jinja"));
+}
+
 // An evaluation whose batches hold no trained target (long prompts, masked) says why the step has
 // no val_loss; it was left out without a word, at every evaluation.
 TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {

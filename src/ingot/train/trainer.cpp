@@ -362,8 +362,19 @@ std::vector<CompanionFile> companion_files(const TrainConfig& c, const std::vect
              "checkpoints would carry no tokenizer. Copy it back from the tokenizer prepare used, or prepare again");
     dirs.push_back(d);
   }
-  for (const fs::path& d : dirs)
-    for (CompanionFile& file : model_companion_files(d.string())) files.push_back(std::move(file));
+  // Later folders' files replace earlier ones (checkpoint.cpp writes them in order), and
+  // tokenizer_config.json and chat_template.jinja go together: transformers takes the .jinja over
+  // the config's template, so the model's .jinja beside the data's config (the template that
+  // rendered the data) would have been the template every export shipped.
+  auto named = [](const std::string& name) {
+    return [name](const CompanionFile& file) { return fs::path(file.path).filename() == name; };
+  };
+  for (const fs::path& d : dirs) {
+    std::vector<CompanionFile> own = model_companion_files(d.string());
+    if (std::any_of(own.begin(), own.end(), named("tokenizer_config.json")))
+      std::erase_if(files, named("chat_template.jinja"));
+    for (CompanionFile& file : own) files.push_back(std::move(file));
+  }
   return files;
 }
 
