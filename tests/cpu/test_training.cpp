@@ -1531,6 +1531,29 @@ TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
 // Generation stops where transformers' would: on generation_config.json's eos_token_id (a list
 // here, every id of the vocabulary, so nothing is generated), not only on the tokenizer's eos.
 // --tokenizer byte overrides a checkpoint's tokenizer.json.
+// The stop ids as transformers' generate takes them (checked against transformers 5.24 by a
+// review): generation_config.json's eos_token_id where the file is, even when it has none (no
+// fallback to config.json then), else config.json's; never the tokenizer's eos_token, on which
+// Ingot stopped texts that transformers continued.
+TEST_F(Training, GenerationStopIdsAreTransformers) {
+  const std::string dir = root + "/model";
+  fs::create_directories(dir);
+  ingot::ModelConfig config;
+  config.vocab_size = 515;
+  config.eos_token_ids = {1, 4};
+  EXPECT_EQ(ingot::generation_stop_ids(dir, config), (std::vector<int64_t>{1, 4}));
+  write_file(dir + "/generation_config.json", R"({"eos_token_id": 7})");
+  EXPECT_EQ(ingot::generation_stop_ids(dir, config), (std::vector<int64_t>{7}));
+  write_file(dir + "/generation_config.json", R"({"do_sample": true})");
+  EXPECT_TRUE(ingot::generation_stop_ids(dir, config).empty());
+  write_file(dir + "/generation_config.json", R"({"eos_token_id": null})");
+  EXPECT_TRUE(ingot::generation_stop_ids(dir, config).empty());
+  fs::remove(dir + "/generation_config.json");
+  config.eos_token_ids.clear();
+  config.eos_token_id = -1;  // unset: nothing stops it, as in transformers
+  EXPECT_TRUE(ingot::generation_stop_ids(dir, config).empty());
+}
+
 TEST_F(Training, GenerateStopsOnTheModelsEosIds) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;

@@ -71,14 +71,17 @@ static int32_t sample(std::vector<double> logits, double temperature, int64_t to
   return order[k - 1];
 }
 
-// The ids that end generation, as transformers' generate stops: generation_config.json's
-// eos_token_id where the model has one, else config.json's (an int or a list: Llama 3 Instruct ends
-// on <|eot_id|> and <|end_of_text|>, Qwen instruct on <|im_end|> and <|endoftext|>), and the
-// tokenizer's eos_token.
-static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& config, const data::Tokenizer& tokenizer) {
+// As transformers' generate stops: on generation_config.json's eos_token_id where the model has
+// that file (none where the file has none: transformers does not fall back to config.json then),
+// else on config.json's (an int or a list: Llama 3 Instruct ends on <|eot_id|> and
+// <|end_of_text|>, Qwen instruct on <|im_end|> and <|endoftext|>). Not on the tokenizer's
+// eos_token, which generate never reads: Ingot stopped there too, and ended texts transformers
+// goes on with.
+std::vector<int64_t> generation_stop_ids(const std::string& dir, const ModelConfig& config) {
   std::vector<int64_t> ids = config.eos_token_ids.empty() ? std::vector<int64_t>{config.eos_token_id} : config.eos_token_ids;
   const fs::path generation_config = fs::path(dir) / "generation_config.json";
   if (optional_file_exists(generation_config)) {
+    ids.clear();
     const std::string file = generation_config.string();
     const nlohmann::json g = io::parse_json(io::read_text_file(file, "generation config"), file, "generation config");
     // transformers cannot load one that is not an object; ignored, its stop ids would go unused.
@@ -101,7 +104,6 @@ static std::vector<int64_t> stop_ids(const std::string& dir, const ModelConfig& 
         fail(file, ": eos_token_id holds ", id, ", outside the vocabulary of ", config.vocab_size, " of ", dir,
              "/config.json");
   }
-  ids.push_back(tokenizer.eos_id());
   std::erase_if(ids, [](int64_t id) { return id < 0; });
   return ids;
 }
@@ -185,7 +187,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   }
   Transformer& model = *built;
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
-  const std::vector<int64_t> stops = stop_ids(dir, config, *tokenizer);
+  const std::vector<int64_t> stops = generation_stop_ids(dir, config);
 
   SplitMixRng rng(o.seed);
   std::string text = o.prompt;

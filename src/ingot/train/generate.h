@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ingot/data/tokenizer.h"
+#include "ingot/model/config.h"
 
 namespace ingot {
 
@@ -42,6 +43,9 @@ class TextStream {
 
 // The model dir's tokenizer.json when present, else the byte tokenizer.
 std::unique_ptr<data::Tokenizer> load_tokenizer(const std::string& model_dir, const std::string& explicit_path);
+
+// The ids that end generation in `dir`, as transformers' generate reads them (generate.cpp).
+std::vector<int64_t> generation_stop_ids(const std::string& dir, const ModelConfig& config);
 
 // Returns the prompt followed by the sampled continuation; streams new text to `out` if given.
 std::string generate_text(const GenerateOptions& options, std::ostream* out);
