@@ -496,9 +496,14 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
 // generate, info and bench print their result: output that could not be written (a full disk, or a
 // closed pipe, since SIGPIPE is ignored) fails the command, where it exited 0 with the text lost.
 int stdout_written(const char* command) {
+  // errno from this flush, if it fails; one set by an earlier call would name another cause.
+  errno = 0;
   std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
-    fail(command, ": cannot write to standard output (", std::strerror(errno), ")");
+  const bool flushed = std::fflush(stdout) == 0;
+  const int flush_errno = errno;
+  if (!std::cout || !flushed || std::ferror(stdout))
+    fail(command, ": cannot write to standard output",
+         flush_errno != 0 ? std::string(" (") + std::strerror(flush_errno) + ")" : std::string());
   return 0;
 }
 
