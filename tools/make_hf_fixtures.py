@@ -58,7 +58,9 @@ ARCHS = {
             max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
             tie_word_embeddings=True, use_sliding_window=False, sliding_window=None,
             max_window_layers=2, hidden_act="silu", initializer_range=0.02,
-            bos_token_id=1, eos_token_id=2,
+            # 16 occurs twice in the inputs: nn.Embedding(padding_idx=16) gives its row no gradient
+            # from the lookup, only from the tied LM head.
+            bos_token_id=1, eos_token_id=2, pad_token_id=16,
         ),
     ),
     "qwen3": dict(
@@ -222,6 +224,9 @@ def reference_forward(params: dict, arch: str, cfg, input_ids: torch.Tensor, inv
         return y + b if b is not None else y
 
     h = params["model.embed_tokens.weight"][input_ids]
+    pad = getattr(cfg, "pad_token_id", None)
+    if pad is not None:  # nn.Embedding's padding_idx: the lookup passes no gradient to that row
+        h = torch.where((input_ids == pad)[..., None], h.detach(), h)
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."

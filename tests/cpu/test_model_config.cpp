@@ -58,6 +58,7 @@ void expect_same(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
   EXPECT_EQ(a.attention_bias, b.attention_bias);
   EXPECT_EQ(a.qk_norm, b.qk_norm);
+  EXPECT_EQ(a.pad_token_id, b.pad_token_id);
   EXPECT_EQ(a.initializer_range, b.initializer_range);
   EXPECT_EQ(a.bos_token_id, b.bos_token_id);
   EXPECT_EQ(a.eos_token_id, b.eos_token_id);
@@ -209,6 +210,22 @@ TEST(ModelConfig, TopLevelOriginalMaxPositionEmbeddingsWinsForLlama3) {
   // Without llama3 scaling transformers does not use it, and neither does Ingot.
   EXPECT_FALSE(parse_model_config(config_text("llama", {{"original_max_position_embeddings", 4096}}), kSource)
                    .rope_scaling.enabled);
+}
+
+TEST(ModelConfig, PadTokenIdAsTorchReadsPaddingIdx) {
+  EXPECT_EQ(parse_model_config(config_text("llama"), kSource).pad_token_id, -1);
+  EXPECT_EQ(parse_model_config(config_text("llama", {{"pad_token_id", nullptr}}), kSource).pad_token_id, -1);
+  const ModelConfig c = parse_model_config(config_text("qwen2", {{"pad_token_id", 5}}), kSource);
+  EXPECT_EQ(c.pad_token_id, 5);
+  EXPECT_EQ(nlohmann::json::parse(model_config_to_json(c))["pad_token_id"], 5);
+  EXPECT_TRUE(nlohmann::json::parse(model_config_to_json(parse_model_config(config_text("llama"), kSource)))["pad_token_id"]
+                  .is_null());
+  // nn.Embedding counts a negative padding_idx from the end: -1 is the last row.
+  const int64_t V = parse_model_config(config_text("llama"), kSource).vocab_size;
+  EXPECT_EQ(parse_model_config(config_text("llama", {{"pad_token_id", -1}}), kSource).pad_token_id, V - 1);
+  expect_parse_error(config_text("llama", {{"pad_token_id", V}}), {"\"pad_token_id\"", "outside the vocabulary", kSource});
+  expect_parse_error(config_text("llama", {{"pad_token_id", -V - 1}}), {"\"pad_token_id\"", kSource});
+  expect_parse_error(config_text("llama", {{"pad_token_id", "0"}}), {"\"pad_token_id\"", "an integer", kSource});
 }
 
 TEST(ModelConfig, RoundTripThroughJson) {

@@ -205,3 +205,24 @@ TEST(TrainStep, AdamWPassesTheRoundingSeedAndUpdateNumber) {
   EXPECT_TRUE(seed21 != w0) << "the weights must move";
   EXPECT_TRUE(via_optimizer(22) != seed21) << "another seed must round differently";
 }
+
+// From scratch, the pad_token_id row of the input embedding starts at zero, as transformers'
+// initialisation leaves nn.Embedding's padding_idx row (a tied LM head shares it); other rows do not.
+TEST(TrainStep, PaddingRowOfTheEmbeddingStartsAtZero) {
+  Context ctx;
+  ctx.num_threads = 2;
+  ModelConfig config = tiny();
+  config.pad_token_id = 7;
+  Transformer model(config, make_recipe("fp32", Device::cpu), ctx, B, T);
+  model.init_random(5);
+  const std::vector<double> w = to_host_doubles(ctx, model.weights());
+  const ParamEntry& embed = model.entries().front();
+  ASSERT_EQ(embed.kind, ParamKind::embedding);
+  const int64_t C = embed.shape[1];
+  for (int64_t row : {6, 7, 8}) {
+    double sum_sq = 0;
+    for (int64_t c = 0; c < C; ++c) sum_sq += w[embed.offset + row * C + c] * w[embed.offset + row * C + c];
+    if (row == 7) EXPECT_EQ(sum_sq, 0.0) << "row " << row;
+    else EXPECT_GT(sum_sq, 0.0) << "row " << row;
+  }
+}

@@ -257,8 +257,10 @@ TEST_F(CudaOps, Embedding) {
 // 150 are -1 and 150 are V (out of range: skipped, in runs that cross chunk edges at both ends of
 // the sorted order), the rest spread; N is not a multiple of 64. N = 5, 64 and 128 (one or two
 // chunks) draw from {-1, 0, 1, 2, V}. Compared with the CPU twin on the in-range tokens, and bit for
-// bit with itself.
+// bit with itself; with no padding id, and with 0 and 5 as padding_id (their runs, across chunks at
+// N = 4100, add nothing).
 TEST_F(CudaOps, EmbeddingBackwardFrequentId) {
+  for (const int64_t padding : {int64_t{-1}, int64_t{0}, int64_t{5}})
   for (const int64_t N : {4100, 5, 64, 128}) {
     for (const int64_t C : {64, 36}) {
       const int64_t V = N == 4100 ? 50 : 3;
@@ -281,15 +283,15 @@ TEST_F(CudaOps, EmbeddingBackwardFrequentId) {
       const int64_t kept = int64_t(kept_ids.size());
       HostI32 cids(kept_ids, {kept});
       HostF32 cdout(kept_dout, {kept, C}), cdtable(dtable0, {V, C});
-      if (kept > 0) ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t);
+      if (kept > 0) ops::embedding_backward(cpu, cdtable.t, cdout.t, cids.t, padding);
       Tensor gids = upload_i32(ids, {N});
       Tensor gdout = upload(dout, DType::bf16, {N, C});
       for (DType dt : {DType::f32, DType::bf16}) {
         Tensor first = upload(dtable0, dt, {V, C}), second = upload(dtable0, dt, {V, C});
-        ops::embedding_backward(gpu, first, gdout, gids);
-        ops::embedding_backward(gpu, second, gdout, gids);
+        ops::embedding_backward(gpu, first, gdout, gids, padding);
+        ops::embedding_backward(gpu, second, gdout, gids, padding);
         const std::string what = "embedding_backward N=" + std::to_string(N) + " C=" + std::to_string(C) + " " +
-                                 std::string(dtype_name(dt));
+                                 std::string(dtype_name(dt)) + " padding_id " + std::to_string(padding);
         EXPECT_TRUE(close(download(first), cdtable.v, dt == DType::f32 ? kTolGradF32 : kTolBf16, what));
         EXPECT_TRUE(download_bytes(first) == download_bytes(second)) << what << ": two runs differ";
       }

@@ -4,7 +4,8 @@
 //   feature that changes the math and is not implemented (sliding windows, MLP biases, non-SiLU
 //   activations, RoPE scalings other than llama3, partial rotary, attention dropout) is an error
 //   naming the key, the value and the file. Unknown keys are ignored (configs carry many that do
-//   not affect the forward pass: use_cache, pad_token_id, transformers_version, ...).
+//   not affect the training math: use_cache, transformers_version, ...). pad_token_id is read: it
+//   freezes a row of the input embedding, as nn.Embedding's padding_idx does in transformers.
 // - Defaults follow the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config) where
 //   a key is absent, so a config means the same model here as there.
 // - model_config_to_json() writes every field parse_model_config() reads, so parse(to_json(c)) == c.
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -77,6 +79,9 @@ class JsonFields {
   const json& object_;
   std::string source_, prefix_;
 };
+
+// pad_token_id absent or null: distinct from any value config.json can hold in range.
+constexpr int64_t kNoPadToken = std::numeric_limits<int64_t>::min();
 
 const char* architecture_class(Architecture a) {
   switch (a) {
@@ -209,6 +214,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   parse_rope(root, fields, source, &config);
 
   config.bos_token_id = fields.get_int("bos_token_id", -1);
+  config.pad_token_id = fields.get_int("pad_token_id", kNoPadToken);
   if (const json* eos = fields.find("eos_token_id"); eos && eos->is_array()) {
     // Generation may stop on several ids; training needs one, the first (the primary EOS).
     for (const json& id : *eos) {
@@ -261,6 +267,15 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
          config.rope_theta);
   if (!(config.initializer_range >= 0))
     fail("key \"initializer_range\" in ", source, " must be >= 0, got ", config.initializer_range);
+  // nn.Embedding takes a padding_idx in [-V, V), a negative one from the end.
+  if (config.pad_token_id != kNoPadToken) {
+    if (config.pad_token_id < -config.vocab_size || config.pad_token_id >= config.vocab_size)
+      fail("key \"pad_token_id\" in ", source, " is ", config.pad_token_id, ", outside the vocabulary of ",
+           config.vocab_size);
+    if (config.pad_token_id < 0) config.pad_token_id += config.vocab_size;
+  } else {
+    config.pad_token_id = -1;
+  }
   if (config.bos_token_id < -1 || config.bos_token_id >= config.vocab_size)
     fail("key \"bos_token_id\" in ", source, " is ", config.bos_token_id, ", outside the vocabulary of ", config.vocab_size);
   if (config.eos_token_id < -1 || config.eos_token_id >= config.vocab_size)
@@ -317,6 +332,7 @@ std::string model_config_to_json(const ModelConfig& c) {
   out["initializer_range"] = c.initializer_range;
   // null, not absent: LlamaConfig would otherwise default bos/eos to 1/2.
   out["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  out["pad_token_id"] = c.pad_token_id >= 0 ? json(c.pad_token_id) : json(nullptr);
   out["eos_token_id"] = !c.eos_token_ids.empty() ? json(c.eos_token_ids)
                         : c.eos_token_id >= 0   ? json(c.eos_token_id)
                                                 : json(nullptr);

@@ -37,6 +37,10 @@ struct ModelConfig {
   bool qk_norm = false;                // per-head RMSNorm on q and k (qwen3)
   double initializer_range = 0.02;     // std of the normal init when training from scratch
   int64_t bos_token_id = -1, eos_token_id = -1;  // -1: not set
+  // nn.Embedding's padding_idx in transformers' Llama and Qwen models: that row of the input
+  // embedding gets no gradient from the lookup, and is zero when initialised from scratch. -1: none
+  // (a negative pad_token_id in config.json counts from the end, as torch reads it).
+  int64_t pad_token_id = -1;
   // eos_token_id given as a list (Llama 3 Instruct: end of text, eom and eot): all of them, written
   // back as read so that generation stops on each; eos_token_id is the first. Empty otherwise.
   std::vector<int64_t> eos_token_ids;

@@ -204,6 +204,8 @@ void Transformer::init_random(uint64_t seed) {
       double v = 0.0;
       if (e.init == ParamInit::ones) v = 1.0;
       else if (e.init == ParamInit::normal) v = std * normal01(seed, i, static_cast<uint64_t>(j));
+      // transformers zeroes the padding row of the input embedding (a tied LM head shares it).
+      if (e.kind == ParamKind::embedding && j / e.shape[1] == config_.pad_token_id) v = 0.0;
       char* dst = host.data() + (e.offset + j) * dtype_size(dtype);
       if (dtype == DType::f64) {
         std::memcpy(dst, &v, 8);
@@ -385,7 +387,7 @@ void Transformer::backward(GradWrite grads) {
     ops::linear_backward(ctx_, s.dnormed, g.qkv, g.qkv_bias, dqkv2, L.ln1, p.qkv, add);
     ops::rmsnorm_backward(ctx_, s.dresidual, g.input_norm, s.dnormed, s.residual[2 * l], p.input_norm, L.rstd1);
   }
-  ops::embedding_backward(ctx_, param_grads_.embed, s.dresidual, s.input_ids);
+  ops::embedding_backward(ctx_, param_grads_.embed, s.dresidual, s.input_ids, config_.pad_token_id);
 }
 
 double Transformer::forward_backward(double dloss_scale) {

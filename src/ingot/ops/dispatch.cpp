@@ -54,8 +54,8 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
   INGOT_DISPATCH(embedding_forward, ctx, out, ids, table);
 }
 
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
-  INGOT_DISPATCH(embedding_backward, ctx, dtable, dout, ids);
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id) {
+  INGOT_DISPATCH(embedding_backward, ctx, dtable, dout, ids, padding_id);
 }
 
 void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps) {

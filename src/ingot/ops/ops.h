@@ -37,7 +37,9 @@ void add_inplace(Context& ctx, Tensor x, Tensor y);     // x (n) += y (n)
 // out (N,C) = table (V,C) [ids (N)]
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table);
 // dtable (V,C) += scatter of dout (N,C) by ids (N). Deterministic: rows summed in token order.
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids);
+// Tokens of padding_id (>= 0) add nothing, as with nn.Embedding's padding_idx (config.json's
+// pad_token_id in transformers' Llama and Qwen models); -1: every token adds.
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id = -1);
 
 // ---- RMSNorm ------------------------------------------------------------------------------------
 // out (R,C) = in (R,C) * rstd * weight (C),  rstd (R) = 1/sqrt(mean(in^2) + eps)

@@ -11,7 +11,7 @@ void zero(Context& ctx, Tensor x);
 void copy(Context& ctx, Tensor dst, Tensor src);
 void add_inplace(Context& ctx, Tensor x, Tensor y);
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table);
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids);
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id);
 void rmsnorm_forward(Context& ctx, Tensor out, Tensor rstd, Tensor in, Tensor weight, double eps);
 void rmsnorm_backward(Context& ctx, Tensor din, Tensor dweight, Tensor dout, Tensor in,
                       Tensor weight, Tensor rstd);

@@ -28,8 +28,8 @@ void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table) {
   });
 }
 
-// dtable (V,C) += scatter of dout (N,C) by ids (N)
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
+// dtable (V,C) += scatter of dout (N,C) by ids (N); tokens of padding_id (-1: none) add nothing.
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id) {
   constexpr const char* op = "embedding_backward";
   detail::dispatch_float(op, dtable.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -50,6 +50,7 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t c0 = blk * kBlock, c1 = std::min(C, c0 + kBlock);
       for (int64_t n = 0; n < N; ++n) {
+        if (id[n] == padding_id) continue;
         T* row = d + id[n] * C;
         const T* src = g + n * C;
         for (int64_t c = c0; c < c1; ++c) row[c] += src[c];

@@ -11,7 +11,7 @@ void zero(Context& ctx, Tensor x);
 void copy(Context& ctx, Tensor dst, Tensor src);
 void add_inplace(Context& ctx, Tensor x, Tensor y);
 void embedding_forward(Context& ctx, Tensor out, Tensor ids, Tensor table);
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids);
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id);
 // An upper bound on the scratch embedding_backward takes for N ids of rows of C, for the memory
 // plan: computed on the host without a device (cub's sort storage bounded, not queried).
 int64_t embedding_backward_scratch_bytes(int64_t N, int64_t C);

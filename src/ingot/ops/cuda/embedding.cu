@@ -7,7 +7,7 @@
 //     adds up in chunk order. No float atomics, and no block sums more than a chunk's rows: a very
 //     frequent id (padding, in padded rows most of the batch) used to serialise on one block.
 //   - An id outside [0, V) yields a NaN row in the forward (visible in the loss) and is skipped in
-//     the backward: a device kernel cannot throw.
+//     the backward: a device kernel cannot throw. So is padding_id, whose tokens add nothing.
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ingot/ops/cuda/common.cuh"
@@ -80,7 +80,7 @@ __device__ void add_into(TD* row, const float (&acc)[VEC]) {
 template <int VEC, typename TD, typename TG>
 __global__ void embedding_backward_chunks_kernel(TD* dtable, float* partials, const TG* dout,
                                                  const int32_t* sorted_ids, const int32_t* sorted_index,
-                                                 int64_t N, int64_t C, int64_t V) {
+                                                 int64_t N, int64_t C, int64_t V, int64_t padding_id) {
   __shared__ int32_t ids[kRowsPerChunk], rows[kRowsPerChunk];
   const int64_t begin = blockIdx.x * kRowsPerChunk, n = min(N - begin, kRowsPerChunk);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
@@ -95,7 +95,7 @@ __global__ void embedding_backward_chunks_kernel(TD* dtable, float* partials, co
     int64_t e = s + 1;
     while (e < n && ids[e] == id) ++e;
     const bool from_before = s == 0 && first_continues, into_next = e == n && last_continues;
-    if (id >= 0 && id < V) {
+    if (id >= 0 && id < V && id != padding_id) {
       for (int64_t c = int64_t(threadIdx.x) * VEC; c < C; c += int64_t(blockDim.x) * VEC) {
         float acc[VEC];
         sum_rows<VEC>(acc, dout, rows + s, e - s, C, c);
@@ -113,12 +113,12 @@ __global__ void embedding_backward_chunks_kernel(TD* dtable, float* partials, co
 // and adds that run's partial sums into dtable in chunk order.
 template <int VEC, typename TD>
 __global__ void embedding_backward_runs_kernel(TD* dtable, const float* partials, const int32_t* sorted_ids,
-                                               int64_t N, int64_t C, int64_t V) {
+                                               int64_t N, int64_t C, int64_t V, int64_t padding_id) {
   const int64_t begin = blockIdx.x * kRowsPerChunk, end = min(N, begin + kRowsPerChunk);
   const int32_t id = sorted_ids[end - 1];
   const bool into_next = end < N && sorted_ids[end] == id;
   const bool started_before = sorted_ids[begin] == id && begin > 0 && sorted_ids[begin - 1] == id;
-  if (!into_next || started_before || id < 0 || id >= V) return;
+  if (!into_next || started_before || id < 0 || id >= V || id == padding_id) return;
   for (int64_t c = int64_t(threadIdx.x) * VEC; c < C; c += int64_t(blockDim.x) * VEC) {
     float acc[VEC], piece[VEC];
     load_vec<VEC>(partials + (int64_t(blockIdx.x) * 2 + 1) * C + c, acc);
@@ -184,7 +184,7 @@ int64_t embedding_backward_scratch_bytes(int64_t N, int64_t C) {
   return embedding_scratch_before_sort(N, C) + 8 * N + N / 4 + (int64_t(1) << 20);
 }
 
-void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
+void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids, int64_t padding_id) {
   constexpr const char* op = "embedding_backward";
   CudaState& state = state_of(ctx, op);
   check_tensor(dtable, op, "dtable");
@@ -228,10 +228,10 @@ void embedding_backward(Context& ctx, Tensor dtable, Tensor dout, Tensor ids) {
       with_vector_width(vec, [&](auto width) {
         constexpr int VEC = decltype(width)::value;
         embedding_backward_chunks_kernel<VEC, TD, TG><<<unsigned(chunks), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V);
+            dtable.ptr<TD>(), partials, dout.ptr<TG>(), sorted_ids, sorted_index, N, C, V, padding_id);
         INGOT_LAUNCH_CHECK("embedding_backward_chunks_kernel");
         embedding_backward_runs_kernel<VEC, TD><<<unsigned(chunks), threads, 0, state.stream>>>(
-            dtable.ptr<TD>(), partials, sorted_ids, N, C, V);
+            dtable.ptr<TD>(), partials, sorted_ids, N, C, V, padding_id);
         INGOT_LAUNCH_CHECK("embedding_backward_runs_kernel");
       });
     });
