@@ -24,13 +24,18 @@ constexpr int kNewTokens = 48;         // bytes: the demo model's tokens
 constexpr size_t kMinAgree = 8;        // leading bytes in which CUDA's text must equal the CPU's
 const std::string kPrompt = "The meaning of life is";
 
-// `ingot generate` on model_dir; the command's exit status, its standard output in *text.
+// `ingot generate` on model_dir; the command's exit status, its standard output in *text (and,
+// when it fails, its standard error after it). Standard error is kept apart: it may carry a note,
+// such as the window sliding past max_position_embeddings, which is no part of the text.
 int generate(const std::string& model_dir, const std::string& flags, std::string* text) {
-  // (stderr is merged into *text; generate writes nothing there when it succeeds)
-  return test::run_command(test::shell_quoted(test::binary_path()) + " generate " + test::shell_quoted(model_dir) +
-                               " --prompt " + test::shell_quoted(kPrompt) +
-                               " --max-new-tokens " + std::to_string(kNewTokens) + " " + flags,
-                           text);
+  const std::string err = model_dir + "/../generate.err";
+  const int rc = test::run_command("{ " + test::shell_quoted(test::binary_path()) + " generate " +
+                                       test::shell_quoted(model_dir) + " --prompt " + test::shell_quoted(kPrompt) +
+                                       " --max-new-tokens " + std::to_string(kNewTokens) + " " + flags + " 2>" +
+                                       test::shell_quoted(err) + "; }",
+                                   text);
+  if (rc != 0) *text += test::read_file(err);
+  return rc;
 }
 
 }  // namespace
