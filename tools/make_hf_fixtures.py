@@ -58,8 +58,9 @@ ARCHS = {
             max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
             tie_word_embeddings=True, use_sliding_window=False, sliding_window=None,
             max_window_layers=2, hidden_act="silu", initializer_range=0.02,
-            # 16 occurs twice in the inputs: nn.Embedding(padding_idx=16) gives its row no gradient
-            # from the lookup, only from the tied LM head.
+            # 16 is at positions 10 and 11 of row 0 (the last position feeds no loss either way):
+            # nn.Embedding(padding_idx=16) gives its row no gradient from the lookup, only from the
+            # tied LM head.
             bos_token_id=1, eos_token_id=2, pad_token_id=16,
         ),
     ),

@@ -1522,9 +1522,13 @@ TEST_F(Training, GenerateNeverSamplesIdsPastTheTokenizer) {
                                "' --max-new-tokens 2 --temperature 0", &out)) << out;
   EXPECT_NE(out.find("warning: the prompt is 70 tokens, above max_position_embeddings 64 of " + root + "/padded"),
             std::string::npos) << out;
+  // The last sampled token is never fed back: 4 + 61 tokens fill the 64 positions at most.
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 61 --temperature 0",
                            &out)) << out;
-  EXPECT_NE(out.find("note: the prompt's 4 tokens plus --max-new-tokens 61 pass max_position_embeddings 64 of " + root +
+  EXPECT_EQ(out.find("note: "), std::string::npos) << out;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/padded --prompt 'the ' --max-new-tokens 62 --temperature 0",
+                           &out)) << out;
+  EXPECT_NE(out.find("note: the prompt's 4 tokens plus --max-new-tokens 62 pass max_position_embeddings 64 of " + root +
                      "/padded/checkpoint-2: from there on the model sees the last 64 tokens"),
             std::string::npos) << out;
 }
@@ -2248,6 +2252,23 @@ TEST_F(Training, FineTuningRefusesDataOfAnotherTokenizer) {
   EXPECT_NE(out.find("warning: " + root + "/renamed_run.yaml: " + root + "/renamed/tokenizer.json has added token "
                      "\"<|my_turn_end|>\" at id 4, where " + base + "/tokenizer.json has \"<|eot_id|>\"; "
                      "checkpoints carry the data's tokenizer"), std::string::npos) << out;
+}
+
+// A checkpoint written before pad_token_id was read (2026-12-02) holds none in its config.json: a
+// run whose config sets one still resumes from it, as for the other token ids (it was refused as a
+// change of architecture).
+TEST_F(Training, ResumeTakesACheckpointWithoutPadTokenId) {
+  std::string out, config = tiny_config(data, root + "/run", 2, 1);
+  config.replace(config.find("  tie_word_embeddings: true\n"), 0, "  pad_token_id: 32\n");
+  ASSERT_EQ(0, train(config, "first", "--set max_steps=1", &out)) << out;
+  const std::string saved = root + "/run/checkpoint-1/config.json";
+  nlohmann::json written = nlohmann::json::parse(read_file(saved));
+  ASSERT_EQ(written["pad_token_id"], 32);
+  written.erase("pad_token_id");
+  write_file(saved, written.dump(2));
+  ASSERT_EQ(0, train(config, "second", "--resume", &out)) << out;
+  EXPECT_TRUE(fs::exists(root + "/run/checkpoint-2/model.safetensors")) << out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(root + "/run/checkpoint-2/config.json"))["pad_token_id"], 32);
 }
 
 // A chat fine-tune carries the template that rendered its data: the starting model's

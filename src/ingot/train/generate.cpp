@@ -163,7 +163,8 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   // Said up front (the text streams to stdout): transformers' generate keeps the whole sequence
   // and walks past the trained positions; Ingot keeps its window at the trained length instead,
   // so a long sample from a short-context model (the demo's 64 bytes) stays text.
-  if (o.max_new_tokens > 0 && static_cast<int64_t>(tokens.size()) + std::min<int64_t>(o.max_new_tokens, context) >
+  // The last token sampled is never fed back: the window grows to prompt + max_new_tokens - 1.
+  if (o.max_new_tokens > 0 && static_cast<int64_t>(tokens.size()) + std::min<int64_t>(o.max_new_tokens, context) - 1 >
                                   config.max_position_embeddings)
     std::cerr << "note: the prompt's " << tokens.size() << " tokens plus --max-new-tokens " << o.max_new_tokens
               << " pass max_position_embeddings " << config.max_position_embeddings << " of " << dir

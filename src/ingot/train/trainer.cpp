@@ -488,7 +488,10 @@ void check_same_architecture(const std::string& checkpoint, const ModelConfig& s
   const nlohmann::json saved = nlohmann::json::parse(model_config_to_json(saved_config));
   const nlohmann::json current = nlohmann::json::parse(model_config_to_json(now));
   for (const auto& [key, value] : saved.items()) {
-    if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "torch_dtype") continue;
+    // pad_token_id too: checkpoints written before it was read (2026-12-02) hold none.
+    if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "pad_token_id" ||
+        key == "torch_dtype")
+      continue;
     const nlohmann::json other = current.value(key, nlohmann::json());
     if (value != other)
       fail(c.source_of({"model", "model_config"}), ": --resume: ", key, " is ", other.dump(), " in this run's model but ",
