@@ -1238,26 +1238,43 @@ TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   EXPECT_NE(msg.find(file + ":1: invalid JSON (a NUL byte at column 14)"), std::string::npos) << msg;
 }
 
-// --text-field names a JSON Lines field; where no input is JSON Lines it was ignored, and docs.json
-// (datasets' to_json writes JSON Lines under that name) trained its raw JSON as text. An upper-case
-// extension is JSON Lines too.
-TEST(DataPrepare, TextFieldWithoutJsonLinesIsAnError) {
+// A .json file whose first line is an object with the text field is JSON Lines, as datasets'
+// to_json names them and Hugging Face's json loader reads them: its raw JSON was trained on as text,
+// with exit 0. A .json file of another shape stays text. --text-field where no input is JSON Lines
+// is an error (it was ignored). An upper-case extension is JSON Lines too.
+TEST(DataPrepare, JsonFilesOfJsonLinesAndTextFieldWithoutThem) {
   const std::string dir = test::temp_dir("prepare_text_field");
-  write_text(dir + "/docs.json", "{\"body\": \"abc\"}\n{\"body\": \"de\"}\n");
+  write_text(dir + "/docs.json", "\n{\"body\": \"abc\"}\n{\"body\": \"de\"}\n");
   ByteTokenizer tok;
   PrepareOptions o;
   o.inputs = {dir + "/docs.json"};
   o.output_dir = dir + "/out";
   o.text_field = "body";
-  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
-  EXPECT_NE(msg.find("prepare: --text-field body applies to JSON Lines inputs (*.jsonl, *.ndjson), and none of the "
-                     "inputs is one (" + dir + "/docs.json would be read as plain text)"), std::string::npos) << msg;
-  EXPECT_FALSE(fs::exists(dir + "/out"));
-  fs::rename(dir + "/docs.json", dir + "/DOCS.JSONL");
-  o.inputs = {dir + "/DOCS.JSONL"};
-  const PrepareReport r = prepare_dataset(o, tok);
+  PrepareReport r = prepare_dataset(o, tok);
   EXPECT_EQ(r.num_documents, 2);
   EXPECT_EQ(r.num_tokens, 4 + 3);  // abc<eos> de<eos>: the field's text, not the JSON
+  // With the default field: JSON Lines beside a .json config, which is text.
+  fs::create_directories(dir + "/mixed");
+  write_text(dir + "/mixed/data.json", "{\"text\": \"first doc\"}\n{\"text\": \"second\"}\n");
+  write_text(dir + "/mixed/settings.json", "{\"name\": \"x\"}\n");
+  o.inputs = {dir + "/mixed"};
+  o.text_field = "text";
+  o.overwrite = true;
+  r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 3);
+  EXPECT_EQ(r.num_tokens, (9 + 1) + (6 + 1) + (14 + 1));  // two records, then settings.json's 14 bytes as text
+
+  write_text(dir + "/notes.txt", "{\"body\": \"abc\"}\n");
+  o.inputs = {dir + "/notes.txt"};
+  o.text_field = "body";
+  const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: --text-field body applies to JSON Lines inputs (*.jsonl, *.ndjson, or *.json whose first "
+                     "line is an object with that field), and none of the inputs is one (" + dir +
+                     "/notes.txt would be read as plain text)"), std::string::npos) << msg;
+  fs::rename(dir + "/docs.json", dir + "/DOCS.JSONL");
+  o.inputs = {dir + "/DOCS.JSONL"};
+  r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 2);
 }
 
 // A file named twice is read once: the report says so (repeating it on the command line, to

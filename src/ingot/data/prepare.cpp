@@ -37,7 +37,8 @@ namespace {
 
 struct InputFile {
   fs::path path;
-  bool from_directory;  // found by walking a directory (binary files are skipped, not read)
+  bool from_directory;      // found by walking a directory (binary files are skipped, not read)
+  bool json_lines = false;  // read as JSON Lines (reads_as_json_lines), else as plain text
 };
 
 bool is_hidden(const fs::path& p) {
@@ -50,6 +51,29 @@ bool is_jsonl(const fs::path& p) {
   for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));  // DATA.JSONL too
   return ext == ".jsonl" || ext == ".ndjson";
 }
+
+// A .json file (any case) whose first non-blank line is a JSON object with the string field
+// text_field: JSON Lines under the name `datasets`' to_json gives them, which Hugging Face's json
+// loader reads record by record. Read as plain text, its raw JSON was trained on, with exit 0. A
+// .json file of another shape (an array, a config, code data) stays text.
+bool json_file_of_json_lines(const fs::path& p, const std::string& text_field) {
+  std::string ext = p.extension().string();
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (ext != ".json") return false;
+  std::ifstream in(p, std::ios::binary);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM, as the JSON Lines reader takes it
+    if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
+    const nlohmann::json first = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!first.is_object()) return false;
+    const auto field = first.find(text_field);
+    return field != first.end() && field->is_string();
+  }
+  return false;
+}
+
+bool reads_as_json_lines(const InputFile& f) { return f.json_lines; }
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -803,20 +827,27 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(eos_id >= 0, "prepare: the tokenizer has no end-of-text token to separate documents (eos_token in "
                              "tokenizer_config.json, or --eos-token)");
   std::vector<std::string> repeated_inputs;
-  const std::vector<InputFile> files = collect_inputs(options, &repeated_inputs);
+  std::vector<InputFile> files = collect_inputs(options, &repeated_inputs);
+  for (InputFile& f : files) {
+    f.json_lines = is_jsonl(f.path) || (!chat && json_file_of_json_lines(f.path, options.text_field));
+    if (f.json_lines && !is_jsonl(f.path) && options.log)
+      *options.log << "prepare: reading " << f.path.string() << " as JSON Lines (its first line is an object with a \""
+                   << options.text_field << "\" string)\n";
+  }
   // --text-field where no input is read as JSON Lines was ignored: docs.json (what datasets'
   // to_json names its JSON Lines) trained its raw JSON as text.
   if (!chat && options.text_field != "text" &&
-      std::none_of(files.begin(), files.end(), [](const InputFile& f) { return is_jsonl(f.path); }))
-    fail("prepare: --text-field ", options.text_field, " applies to JSON Lines inputs (*.jsonl, *.ndjson), and none of "
-         "the inputs is one (", files.empty() ? std::string("none found") : files.front().path.string(),
-         files.size() > 1 ? " and others" : "", " would be read as plain text); name JSON Lines files .jsonl");
+      std::none_of(files.begin(), files.end(), reads_as_json_lines))
+    fail("prepare: --text-field ", options.text_field, " applies to JSON Lines inputs (*.jsonl, *.ndjson, or *.json whose "
+         "first line is an object with that field), and none of the inputs is one (",
+         files.empty() ? std::string("none found") : files.front().path.string(), files.size() > 1 ? " and others" : "",
+         " would be read as plain text); name JSON Lines files .jsonl");
   // A separator line is matched against plain-text files only, one line at a time.
   if (!options.doc_separator.empty()) {
     INGOT_CHECK(options.doc_separator.find_first_of("\r\n") == std::string::npos, "prepare: --doc-separator \"",
                 options.doc_separator, "\" holds a line break, and is matched against one line at a time: it could "
                 "never match; give the separator line itself");
-    if (!files.empty() && std::all_of(files.begin(), files.end(), [](const InputFile& f) { return is_jsonl(f.path); }))
+    if (!files.empty() && std::all_of(files.begin(), files.end(), reads_as_json_lines))
       fail("prepare: --doc-separator applies to plain-text inputs, and every input is JSON Lines (",
            files.front().path.string(), files.size() > 1 ? " and others" : "",
            "), where each line is a document; leave it out");
@@ -863,7 +894,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
         progress.advance(ec ? 0 : static_cast<int64_t>(bytes));
         continue;
       }
-      if (chat || is_jsonl(input.path)) {
+      if (chat || input.json_lines) {
         std::ifstream in(input.path, std::ios::binary);
         if (!in) fail("prepare: cannot open ", name, ": ", std::strerror(errno));
         std::string line;
