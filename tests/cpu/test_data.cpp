@@ -782,6 +782,29 @@ TEST(DataPrepare, TextFilesOneDocumentEach) {
     EXPECT_EQ(entry.path().filename().string().rfind(".prepare-", 0), std::string::npos) << entry.path();
 }
 
+// Invalid UTF-8 in a plain-text file is named by its file line and column: the message said "FILE:3:
+// ... at byte 19 of the input text", the line where the document starts and a byte counted from
+// there, which read as a file offset (and, without a separator, no line at all).
+TEST(DataPrepare, InvalidUtf8IsNamedByFileLineAndColumn) {
+  const std::string dir = test::temp_dir("prepare_invalid_utf8");
+  BpeTokenizer tok =
+      BpeTokenizer::from_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json");
+  write_text(dir + "/sep.txt", "first doc\n%\nline one\nline two \xff here\n%\nok\n");
+  write_text(dir + "/whole.txt", "abc\ndef\xfe\n");
+  PrepareOptions o;
+  o.output_dir = dir + "/out";
+  o.inputs = {dir + "/sep.txt"};
+  o.doc_separator = "%";
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: " + dir + "/sep.txt:4: invalid UTF-8 (byte 0xFF) at column 10: a tokenizer.json "
+                     "tokenizer reads UTF-8 text"), std::string::npos) << msg;
+  o.inputs = {dir + "/whole.txt"};
+  o.doc_separator.clear();
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: " + dir + "/whole.txt:2: invalid UTF-8 (byte 0xFE) at column 4"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(dir + "/out"));
+}
+
 TEST(DataPrepare, FortuneSeparatorSplitsDocuments) {
   const std::string dir = test::temp_dir("prepare_fortune");
   write_text(dir + "/in/fortunes", "one\ntwo\n%\nthree\n%\r\n%\nfour");

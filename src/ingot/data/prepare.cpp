@@ -26,6 +26,7 @@
 #include "ingot/core/text.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/chat_format.h"
+#include "ingot/data/unicode_nfc.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/json_util.h"
 
@@ -561,7 +562,27 @@ struct PendingDocument {
   RenderedChat chat;                  // chat / alpaca only
   std::vector<ChatMessage> messages;  // chat / alpaca only
   int64_t input_bytes = 0;            // for the progress line
+  std::string file;                   // a plain-text file's document: that file, and
+  int64_t first_line = 0;             //   the line it starts on (else "" and 0)
 };
+
+// Where a document's first invalid UTF-8 byte is, as a reader finds it: the file line of a
+// plain-text document ("FILE:LINE: ... at column C"), or the byte of a JSON Lines record's text
+// field. The tokenizer's own message counts bytes from the document's start, which read as a file
+// offset. "" when the text is valid UTF-8.
+std::string invalid_utf8_position(const PendingDocument& d) {
+  const size_t bad = utf8_find_invalid(d.text);
+  if (bad == std::string_view::npos) return "";
+  const std::string byte = byte_hex(static_cast<uint8_t>(d.text[bad]));
+  if (d.first_line <= 0)
+    return d.where + ": invalid UTF-8 (byte " + byte + ") at byte " + std::to_string(bad) + " of its text";
+  const std::string_view before = std::string_view(d.text).substr(0, bad);
+  const size_t line_start = before.rfind('\n');
+  const int64_t line = d.first_line + static_cast<int64_t>(std::count(before.begin(), before.end(), '\n'));
+  const size_t column = line_start == std::string_view::npos ? bad + 1 : bad - line_start;
+  return d.file + ":" + std::to_string(line) + ": invalid UTF-8 (byte " + byte + ") at column " + std::to_string(column);
+}
+
 
 // Encodes documents in batches (several threads for a BPE tokenizer), then masks, truncates or
 // drops them and hands them to the sink, in input order.
@@ -623,6 +644,8 @@ class DocumentEncoder {
         try {
           tokenizer_.encode(d.text);
         } catch (const Error& e) {
+          if (const std::string at = invalid_utf8_position(d); !at.empty())
+            fail("prepare: ", at, ": a tokenizer.json tokenizer reads UTF-8 text (the byte tokenizer takes any bytes)");
           fail("prepare: ", d.where, ": ", e.what());
         }
       }
@@ -870,9 +893,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   Progress progress(options.log, options.progress_tty, total_bytes);
   ShardSink sink(staged, tokenizer, report, chat);
   DocumentEncoder encoder(options, tokenizer, eos_id, format ? &*format : nullptr, sink, report, progress);
-  auto add_text = [&](std::string where, std::string_view text, int64_t bytes) {
+  // first_line: a plain-text file's document, the line of `file` it starts on; 0 for a record.
+  auto add_text = [&](std::string where, std::string_view text, int64_t bytes, const std::string& file = "",
+                      int64_t first_line = 0) {
     check_stop();
-    encoder.add({std::move(where), std::string(text), {}, {}, bytes});
+    encoder.add({std::move(where), std::string(text), {}, {}, bytes, file, first_line});
   };
 
   try {
@@ -990,7 +1015,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       ++report.num_files;
       if (options.doc_separator.empty()) {
         if (!is_blank(content))
-          add_text(name, content, static_cast<int64_t>(content.size()));
+          add_text(name, content, static_cast<int64_t>(content.size()), name, 1);
         else
           ++report.blank_documents, progress.advance(static_cast<int64_t>(content.size()));
         continue;
@@ -1003,7 +1028,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       auto emit = [&](std::string_view doc, size_t consumed_to) {
         const int64_t bytes = static_cast<int64_t>(consumed_to) - static_cast<int64_t>(doc_begin);
         if (!is_blank(doc))
-          add_text(name + ":" + std::to_string(doc_line), doc, bytes);
+          add_text(name + ":" + std::to_string(doc_line), doc, bytes, name, doc_line);
         else if (!doc.empty())
           ++report.blank_documents, progress.advance(bytes);  // nothing between two separators is no document
         else
