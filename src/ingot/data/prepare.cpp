@@ -583,7 +583,6 @@ std::string invalid_utf8_position(const PendingDocument& d) {
   return d.file + ":" + std::to_string(line) + ": invalid UTF-8 (byte " + byte + ") at column " + std::to_string(column);
 }
 
-
 // Encodes documents in batches (several threads for a BPE tokenizer), then masks, truncates or
 // drops them and hands them to the sink, in input order.
 class DocumentEncoder {
