@@ -682,8 +682,8 @@ TEST(PrepareChat, TextWithBpeTokenizerNamesInvalidUtf8Line) {
   o.output_dir = dir + "/out";
   o.doc_separator = "%";
   const std::string msg = error_of([&] { prepare_dataset(o, tok); });
-  EXPECT_NE(msg.find("in.txt:3"), std::string::npos) << msg;  // the document starting at line 3
-  EXPECT_NE(msg.find("UTF-8"), std::string::npos) << msg;
+  // The line holding the bad byte (the document starts at line 3), with the byte and its column.
+  EXPECT_NE(msg.find("in.txt:4: invalid UTF-8 (byte 0xC3) at column 5"), std::string::npos) << msg;
 }
 
 // Chat or alpaca records prepared as text: the error says which --format they need.
