@@ -343,10 +343,33 @@ TEST(ModelConfig, ErrorUnsupportedRopeType) {
 }
 
 TEST(ModelConfig, ErrorSlidingWindow) {
-  expect_parse_error(config_text("qwen2", {{"use_sliding_window", true}, {"sliding_window", 4096}}),
-                     {"use_sliding_window", kSource});
+  // Layers from max_window_layers on slide (the fixture's config has 2 layers).
+  expect_parse_error(
+      config_text("qwen2", {{"use_sliding_window", true}, {"sliding_window", 4096}, {"max_window_layers", 1}}),
+      {"use_sliding_window", "\"max_window_layers\" is 1", "layers 1 to 1", kSource});
+  expect_parse_error(config_text("qwen3", {{"use_sliding_window", true}, {"max_window_layers", 0}}),
+                     {"use_sliding_window", "layers 0 to 1", kSource});
   expect_parse_error(config_text("qwen3", {{"layer_types", {"full_attention", "sliding_attention"}}}),
                      {"layer_types", "sliding_attention", kSource});
+}
+
+// As Qwen2Config and Qwen3Config derive layer types: use_sliding_window leaves every layer full
+// attention where max_window_layers (default 28) reaches past the last layer, where sliding_window
+// is null, or where layer_types lists only full layers; LlamaConfig ignores the key.
+TEST(ModelConfig, SlidingWindowThatSlidesNoLayerIsAccepted) {
+  const nlohmann::json accepted[] = {
+      {{"use_sliding_window", true}, {"sliding_window", 4096}},
+      {{"use_sliding_window", true}, {"sliding_window", 4096}, {"max_window_layers", 2}},
+      {{"use_sliding_window", true}, {"max_window_layers", 0}, {"layer_types", {"full_attention", "full_attention"}}}};
+  for (const char* type : {"qwen2", "qwen3"}) {
+    for (const nlohmann::json& extra : accepted)
+      EXPECT_NO_THROW(parse_model_config(config_text(type, extra), kSource)) << type << " " << extra.dump();
+    nlohmann::json null_window = nlohmann::json::parse(config_text(type, {{"use_sliding_window", true}, {"max_window_layers", 0}}));
+    null_window["sliding_window"] = nullptr;  // config_text drops null values
+    EXPECT_NO_THROW(parse_model_config(null_window.dump(), kSource)) << type;
+  }
+  EXPECT_NO_THROW(parse_model_config(
+      config_text("llama", {{"use_sliding_window", true}, {"max_window_layers", 0}}), kSource));
 }
 
 TEST(ModelConfig, ErrorMissingKey) {

@@ -234,8 +234,19 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (act != "silu") fail("unsupported hidden_act \"", act, "\" in ", source, "; only \"silu\" is supported");
   if (fields.get_bool("mlp_bias", false))
     fail("key \"mlp_bias\" in ", source, " is true; MLP biases are not supported");
-  if (fields.get_bool("use_sliding_window", false))
-    fail("key \"use_sliding_window\" in ", source, " is true; sliding-window attention is not supported");
+  // Sliding windows as Qwen2Config and Qwen3Config derive them when layer_types is absent: with
+  // use_sliding_window and a non-null sliding_window (default 4096), layers from max_window_layers
+  // (default 28) on slide. Where that leaves none, every layer is full attention, as in transformers.
+  // LlamaConfig has no sliding window and never reads these keys.
+  if (arch != Architecture::llama && fields.get_bool("use_sliding_window", false) && !fields.find("layer_types")) {
+    const auto window = root.find("sliding_window");  // null here is None, not the default
+    const bool no_window = window != root.end() && window->is_null();
+    const int64_t first_sliding = fields.get_int("max_window_layers", 28);
+    if (!no_window && first_sliding < config.num_hidden_layers)
+      fail("key \"use_sliding_window\" in ", source, " is true and \"max_window_layers\" is ", first_sliding,
+           ", so layers ", std::max<int64_t>(first_sliding, 0), " to ", config.num_hidden_layers - 1,
+           " would use sliding-window attention, which is not supported");
+  }
   if (const json* types = fields.find("layer_types")) {
     if (!types->is_array()) fields.wrong_type("layer_types", "a list of strings", *types);
     for (const json& t : *types)
