@@ -47,9 +47,15 @@ bool is_hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
-bool is_jsonl(const fs::path& p) {
+// The extension in lower case: DATA.JSONL is JSON Lines too.
+std::string lower_extension(const fs::path& p) {
   std::string ext = p.extension().string();
-  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));  // DATA.JSONL too
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext;
+}
+
+bool is_jsonl(const fs::path& p) {
+  const std::string ext = lower_extension(p);
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
@@ -58,9 +64,7 @@ bool is_jsonl(const fs::path& p) {
 // loader reads record by record. Read as plain text, its raw JSON was trained on, with exit 0. A
 // .json file of another shape (an array, a config, code data) stays text.
 bool json_file_of_json_lines(const fs::path& p, const std::string& text_field) {
-  std::string ext = p.extension().string();
-  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (ext != ".json") return false;
+  if (lower_extension(p) != ".json") return false;
   std::ifstream in(p, std::ios::binary);
   std::string line;
   while (std::getline(in, line)) {
