@@ -900,7 +900,13 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   auto add_text = [&](std::string where, std::string_view text, int64_t bytes, const std::string& file = "",
                       int64_t first_line = 0) {
     check_stop();
-    encoder.add({std::move(where), std::string(text), {}, {}, bytes, file, first_line});
+    PendingDocument doc;  // member by member: from the aggregate form GCC 12 warned that chat may be used uninitialised
+    doc.where = std::move(where);
+    doc.text = std::string(text);
+    doc.input_bytes = bytes;
+    doc.file = file;
+    doc.first_line = first_line;
+    encoder.add(std::move(doc));
   };
 
   try {
