@@ -855,8 +855,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   std::vector<std::string> repeated_inputs;
   std::vector<InputFile> files = collect_inputs(options, &repeated_inputs);
   for (InputFile& f : files) {
-    f.json_lines = is_jsonl(f.path) || (!chat && json_file_of_json_lines(f.path, options.text_field));
-    if (f.json_lines && !is_jsonl(f.path) && options.log)
+    const bool named_json_lines = is_jsonl(f.path);
+    f.json_lines = named_json_lines || (!chat && json_file_of_json_lines(f.path, options.text_field));
+    if (f.json_lines && !named_json_lines && options.log)
       *options.log << "prepare: reading " << f.path.string() << " as JSON Lines (its first line is an object with a \""
                    << options.text_field << "\" string)\n";
   }
