@@ -9,6 +9,9 @@ Formats covered:
   llama3          a byte-level BPE tokenizer trained here with `tokenizers` on text written here,
                   with the Llama 3 special tokens and a Llama-3-style template written here; its
                   tokenizer.json / tokenizer_config.json are committed next to the fixtures
+  llama31         the llama3 tokenizer under a Llama-3.1-style template written here (a dated system
+                  turn opens every conversation, holding the trimmed first system message), rendered
+                  with date_string="26 Jul 2024"; its tokenizer_config.json is in llama31/
   chatml          likewise a tokenizer trained here, with Qwen2's pre-tokenizer and NFC and the
                   ChatML special tokens, under the chatml_default template: ChatML parity that
                   CI can run (the two Qwen3 ones need ../shared)
@@ -19,7 +22,7 @@ the rendered string by its markers (an independent check of the loss mask).
 
 Usage (needs transformers, tokenizers, jinja2; no torch):
   python3 -m venv /tmp/cvenv && /tmp/cvenv/bin/pip install transformers tokenizers jinja2
-  /tmp/cvenv/bin/python tools/make_chat_fixtures.py [--only llama3|qwen3|chatml]
+  /tmp/cvenv/bin/python tools/make_chat_fixtures.py [--only llama3|llama31|qwen3|chatml]
 """
 import json
 import os
@@ -31,6 +34,23 @@ QWEN3 = os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen3")
 
 LLAMA3_TEMPLATE = (
     "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
+)
+
+# Llama 3.1's structure: today's date through strftime_now where the renderer defines it, unless the
+# caller passes date_string; the knowledge date differs from Meta's so that a test sees it read.
+LLAMA31_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- if date_string is not defined %}"
+    "{%- set date_string = strftime_now('%d %b %Y') if strftime_now is defined else '1 Jan 2000' %}"
+    "{%- endif %}"
+    "{%- set system_message = messages[0]['content'] | trim if messages[0]['role'] == 'system' else '' %}"
+    "{%- if messages[0]['role'] == 'system' %}{%- set messages = messages[1:] %}{%- endif %}"
+    "{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' + 'Cutting Knowledge Date: March 2025\\n' }}"
+    "{{- 'Today Date: ' + date_string + '\\n\\n' + system_message + '<|eot_id|>' }}"
     "{%- for message in messages %}"
     "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
     "{%- endfor %}"
@@ -98,6 +118,23 @@ CONVERSATIONS = {
     ],
 }
 
+# Only in the llama31 fixtures, whose dated turn holds the first system message, trimmed.
+SYSTEM_EDGES = {
+    "padded_system": [
+        {"role": "system", "content": " \n Reply in one line.\t\n"},
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "7"},
+    ],
+    "empty_system_and_late_system": [
+        {"role": "system", "content": ""},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "system", "content": "  Now be formal. "},
+        {"role": "user", "content": "hi again"},
+        {"role": "assistant", "content": "Good day."},
+    ],
+}
+
 # Alpaca records written for these fixtures: rendered as user (instruction [+ "\n\n" + input])
 # and assistant (output) turns.
 ALPACA = {
@@ -140,15 +177,15 @@ def ids_of(result):
     return [int(i) for i in result]
 
 
-def make_cases(tok, header, end, names):
+def make_cases(tok, header, end, names, **template_kwargs):
     cases = []
     for name in names:
         if name in ALPACA:
             record, messages = ALPACA[name], alpaca_messages(ALPACA[name])
         else:
-            record, messages = None, CONVERSATIONS[name]
-        ids = ids_of(tok.apply_chat_template(messages, tokenize=True))
-        rendered = tok.apply_chat_template(messages, tokenize=False)
+            record, messages = None, CONVERSATIONS.get(name) or SYSTEM_EDGES[name]
+        ids = ids_of(tok.apply_chat_template(messages, tokenize=True, **template_kwargs))
+        rendered = tok.apply_chat_template(messages, tokenize=False, **template_kwargs)
         case = {"name": name, "ids": ids, "trained_texts": trained_texts(rendered, header, end)}
         if record is not None:
             case["alpaca"] = record
@@ -246,6 +283,21 @@ def main():
         trained_fixture("chatml", train_chatml_tokenizer, "<|im_start|>assistant\n", "<|im_end|>")
     if only in (None, "llama3"):
         trained_fixture("llama3", train_llama3_tokenizer, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>")
+
+    if only in (None, "llama3", "llama31"):
+        llama31_dir = os.path.join(OUT, "llama31")
+        os.makedirs(llama31_dir, exist_ok=True)
+        write_json(os.path.join(llama31_dir, "tokenizer_config.json"), {
+            "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": LLAMA31_TEMPLATE})
+        tok = AutoTokenizer.from_pretrained(os.path.join(OUT, "llama3_tokenizer"))
+        tok.chat_template = LLAMA31_TEMPLATE
+        write_json(os.path.join(OUT, "llama31.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions,
+            "tokenizer": "tests/fixtures/chat/llama3_tokenizer with tests/fixtures/chat/llama31/tokenizer_config.json",
+            "date_string": "26 Jul 2024",
+            "cases": make_cases(tok, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>",
+                                all_names + list(SYSTEM_EDGES),
+                                date_string="26 Jul 2024")})
 
     if only in (None, "qwen3"):
         if not os.path.isdir(QWEN3):

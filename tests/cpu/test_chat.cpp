@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -86,6 +87,58 @@ TEST(Chat, Llama3MatchesTransformers) {
   EXPECT_EQ(format.name(), "llama3");
   EXPECT_EQ(format.bos_token, "<|begin_of_text|>");
   check_fixture("llama3.json", tok, format, false);
+}
+
+// Llama 3.1's dated system turn, under a template written for the fixtures: today's date where the
+// template calls strftime_now, as transformers renders it; the fixtures were rendered with
+// date_string "26 Jul 2024", as --chat-date-string gives.
+TEST(Chat, Llama31MatchesTransformers) {
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  ChatFormat format = load_chat_format(fixtures() + "/llama31");
+  EXPECT_EQ(format.name(), "llama3.1");
+  EXPECT_EQ(format.bos_token, "<|begin_of_text|>");
+  EXPECT_EQ(format.knowledge_date, "March 2025");
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char today[32];
+  std::strftime(today, sizeof today, "%d %b %Y", &local);
+  EXPECT_EQ(format.date_string, today);
+  const nlohmann::json fixture = read_json(fixtures() + "/llama31.json");
+  format.date_string = fixture.at("date_string").get<std::string>();
+  check_fixture("llama31.json", tok, format, false);
+}
+
+// Where a Llama 3.1-style template has no strftime_now (Llama 3.1 and 3.3), its literal date_string
+// is the date; one whose date or knowledge date is not a literal is refused, not guessed.
+TEST(Chat, Llama31DateFromTemplate) {
+  const std::string turns = "{%- for message in messages %}{{- '<|start_header_id|>' + message['role'] + "
+                            "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{%- endfor %}";
+  const std::string header = "{{- '<|start_header_id|>system<|end_header_id|>\\n\\nCutting Knowledge Date: December 2023\\n' }}"
+                             "{{- 'Today Date: ' + date_string + '\\n\\n' + system_message + '<|eot_id|>' }}";
+  const ChatFormat fixed = chat_format_from_template(
+      "{%- if not date_string is defined %}{%- set date_string = \"26 Jul 2024\" %}{%- endif %}" + header + turns, "", "t");
+  EXPECT_EQ(fixed.name(), "llama3.1");
+  EXPECT_EQ(fixed.knowledge_date, "December 2023");
+  EXPECT_EQ(fixed.date_string, "26 Jul 2024");
+  const std::vector<ChatMessage> chat = {{"system", "  Be brief.\n", std::nullopt}, {"user", "Hi", std::nullopt},
+                                         {"assistant", " Hello ", std::nullopt}};
+  const RenderedChat r = render_chat(fixed, chat);
+  EXPECT_EQ(r.text, "<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: "
+                    "26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                    "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>");
+  ASSERT_EQ(r.trained.size(), 1u);
+  EXPECT_EQ(r.text.substr(r.trained[0].first, r.trained[0].second - r.trained[0].first), "Hello<|eot_id|>");
+  std::string msg = error_of([&] { chat_format_from_template("{%- set date_string = today() %}" + header + turns, "", "t"); });
+  EXPECT_NE(msg.find("chat template of t: a Llama 3.1-style template whose \"Today Date: \" is neither"), std::string::npos) << msg;
+  msg = error_of([&] { chat_format_from_template("{%- set date_string = strftime_now(fmt) %}" + header + turns, "", "t"); });
+  EXPECT_NE(msg.find("strftime_now takes a literal date format"), std::string::npos) << msg;
+  msg = error_of([&] { chat_format_from_template("{%- set date_string = strftime_now('%H:%M') %}" + header + turns, "", "t"); });
+  EXPECT_NE(msg.find("got \"%H:%M\""), std::string::npos) << msg;
+  msg = error_of([&] {
+    chat_format_from_template("<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date", "", "x");
+  });
+  EXPECT_NE(msg.find("chat template of x: a Llama 3.1-style template that does not write"), std::string::npos) << msg;
 }
 
 TEST(Chat, Qwen3MatchesTransformers) {
@@ -242,11 +295,6 @@ TEST(Chat, UnknownTemplateNamesSupportedFormats) {
   EXPECT_NE(msg.find("mistral/tokenizer_config.json"), std::string::npos) << msg;
   EXPECT_NE(msg.find("llama3"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chatml"), std::string::npos) << msg;
-  msg = error_of([] {
-    chat_format_from_template("<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date", "",
-                              "x");
-  });
-  EXPECT_NE(msg.find("3.1"), std::string::npos) << msg;
   // QwQ-style: ChatML that strips the think block from every assistant turn. It rendered as Qwen3.
   msg = error_of([] {
     chat_format_from_template("{%- set content = message.content.split('</think>')[-1] %}<|im_start|>", "",
@@ -426,6 +474,40 @@ TEST(PrepareChat, WritesMaskedDocumentsMatchingTheChatFormat) {
   o.train_on_inputs = true;
   const PrepareReport all = prepare_dataset(o, tok);
   EXPECT_EQ(all.trained_tokens, all.num_tokens);
+}
+
+// --chat-date-string pins a llama3.1 template's date (as apply_chat_template's date_string), so a
+// dataset prepared on another day has the same tokens; meta.json and the report give the date. Other
+// formats write no date and refuse it.
+TEST(PrepareChat, ChatDateStringPinsTheLlama31Date) {
+  const std::string dir = test::temp_dir("prepare_chat_date");
+  write_file(dir + "/chat.jsonl", kChatLines);
+  const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  std::ostringstream log;
+  PrepareOptions o = chat_options(dir, dir + "/chat.jsonl");
+  o.chat_template = fixtures() + "/llama31";
+  o.chat_date_string = "1 Feb 2031";
+  o.log = &log;
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.chat_format, "llama3.1");
+  EXPECT_NE(log.str().find("chat format llama3.1 (Today Date: 1 Feb 2031); loss on"), std::string::npos) << log.str();
+  EXPECT_EQ(read_json(dir + "/out/meta.json").at("chat_date_string"), "1 Feb 2031");
+  Shard s(dir + "/out/train-00000.bin");
+  std::vector<int32_t> tokens(s.num_tokens());
+  s.read_tokens(0, s.num_tokens(), tokens.data());
+  std::string text;
+  for (const int32_t id : tokens) text += token_bytes(tok, id);
+  EXPECT_NE(text.find("Today Date: 1 Feb 2031\n\n<|eot_id|><|start_header_id|>user"), std::string::npos) << text;
+  EXPECT_NE(text.find("Today Date: 1 Feb 2031\n\nBe brief.<|eot_id|>"), std::string::npos) << text;
+
+  o.chat_template = fixtures() + "/llama3_tokenizer";
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("--chat-date-string is for templates that write a date (llama3.1); the chat template of " +
+                     o.chat_template + " reads as llama3"), std::string::npos) << msg;
+  o.chat_template = fixtures() + "/llama31";
+  o.chat_date_string = "1 Feb\n2031";
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("holds a line break"), std::string::npos) << msg;
 }
 
 // An earlier chat dataset inside an input directory adds nothing: its shards are binary and are

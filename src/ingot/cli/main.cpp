@@ -485,6 +485,7 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
                            Rule{"--no-special-tokens", text, "--format text"}, Rule{"--eos-token", text, "--format text"},
                            Rule{"--chat-template", !text, "--format chat or alpaca"},
                            Rule{"--chat-format", !text, "--format chat or alpaca"},
+                           Rule{"--chat-date-string", !text, "--format chat or alpaca"},
                            Rule{"--train-on-inputs", !text, "--format chat or alpaca"},
                            Rule{"--messages-field", format == "chat", "--format chat"}})
     if (prepare.count(rule.flag) > 0 && !rule.applies)
@@ -571,8 +572,11 @@ int main(int argc, char** argv) {
   prepare->add_option("--chat-template", prep.chat_template, "chat/alpaca: tokenizer_config.json holding the chat template (default: next to --tokenizer)");
   prepare->add_option("--chat-format", prep.chat_format,
                       "chat/alpaca: render a template Ingot has not checked with this built-in format (chatml, "
-                      "chatml-qwen3, llama3)")
-      ->check(one_of({"chatml", "chatml-qwen3", "llama3"}));
+                      "chatml-qwen3, llama3, llama3.1)")
+      ->check(one_of({"chatml", "chatml-qwen3", "llama3", "llama3.1"}));
+  prepare->add_option("--chat-date-string", prep.chat_date_string,
+                      "chat/alpaca, llama3.1 templates: the date their system turn gives, as apply_chat_template's "
+                      "date_string (default: today's where the template calls strftime_now, else the template's)");
   prepare->add_option("--messages-field", prep.messages_field, "chat: the JSONL field holding the messages (default: messages)");
   prepare->add_flag("--train-on-inputs", prep.train_on_inputs, "chat/alpaca: loss on every token, not only the assistant's");
   prepare->add_option("--max-seq-len", prep.max_seq_len, "documents longer than this many tokens are truncated or dropped (default: no limit)")

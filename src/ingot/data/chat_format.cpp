@@ -4,6 +4,7 @@
 #include <array>
 #include <cctype>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -24,8 +25,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kSupported =
-    "supported: llama3 (a template with <|start_header_id|>), chatml / Qwen2.5 / Qwen3 (a template "
-    "with <|im_start|>)";
+    "supported: llama3 (a template with <|start_header_id|>), llama3.1 (and Cutting Knowledge Date), chatml / "
+    "Qwen2.5 / Qwen3 (a template with <|im_start|>)";
 
 // Python's str.isspace(), which Jinja's `trim` (str.strip()) uses: White_Space plus U+001C..1F.
 bool python_is_space(char32_t c) {
@@ -191,6 +192,66 @@ std::string find_default_system(const TemplateLiterals& literals, const std::str
   return found;
 }
 
+// Llama 3.1's knowledge date: the K of a literal "Cutting Knowledge Date: K\n", whose turn goes on
+// "Today Date: ". A template that builds the line otherwise is not the one llama3.1 renders.
+std::string find_knowledge_date(const TemplateLiterals& literals, const std::string& source) {
+  constexpr std::string_view marker = "Cutting Knowledge Date: ";
+  const bool today = std::any_of(literals.texts.begin(), literals.texts.end(),
+                                 [](const std::string& t) { return t.find("Today Date: ") != std::string::npos; });
+  for (const std::string& text : literals.texts)
+    if (const size_t at = text.find(marker); at != std::string::npos && today) {
+      const size_t end = text.find('\n', at);
+      if (end != std::string::npos && end > at + marker.size()) return text.substr(at + marker.size(), end - at - marker.size());
+    }
+  fail("chat template of ", source, ": a Llama 3.1-style template that does not write \"Cutting Knowledge Date: ...\\n\" "
+       "and \"Today Date: \" as literals; ", kSupported);
+}
+
+// The date after "Today Date: ", as transformers renders it: where the template calls
+// strftime_now('FORMAT') (Llama 3.2), today's local date in that format (transformers defines it with
+// Python's datetime.now()); else the literal it sets date_string to (Llama 3.1 and 3.3: "26 Jul 2024").
+std::string template_date_string(std::string_view tmpl, const std::string& source) {
+  auto literal_at = [&](size_t at) -> std::optional<std::string> {  // a quoted literal after blanks
+    while (at < tmpl.size() && (tmpl[at] == ' ' || tmpl[at] == '\t')) ++at;
+    if (at >= tmpl.size() || (tmpl[at] != '"' && tmpl[at] != '\'')) return std::nullopt;
+    size_t end = at + 1;
+    for (; end < tmpl.size() && tmpl[end] != tmpl[at]; ++end)
+      if (tmpl[end] == '\\') ++end;
+    if (end >= tmpl.size()) return std::nullopt;
+    return python_string_body(tmpl.substr(at + 1, end - at - 1));
+  };
+  constexpr std::string_view call = "strftime_now(";
+  if (const size_t at = tmpl.find(call); at != std::string_view::npos) {
+    const std::optional<std::string> pattern = literal_at(at + call.size());
+    // A date's fields only: Python writes %f, %z and %Z itself, and a time of day would differ
+    // between the documents of one dataset.
+    constexpr std::string_view fields = "aAbBdeYym%";
+    bool plain = pattern.has_value();
+    for (size_t k = 0; plain && k < pattern->size(); ++k)
+      if ((*pattern)[k] == '%') plain = ++k < pattern->size() && fields.find((*pattern)[k]) != std::string_view::npos;
+    if (!plain)
+      fail("chat template of ", source, ": strftime_now takes a literal date format of %a %A %b %B %d %e %Y %y %m "
+           "here, got ", pattern ? "\"" + *pattern + "\"" : std::string("an expression"), "; ", kSupported);
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    char date[256];
+    const size_t n = std::strftime(date, sizeof date, pattern->c_str(), &local);
+    if (n == 0 && !pattern->empty())
+      fail("chat template of ", source, ": strftime_now(\"", *pattern, "\") writes more than 255 bytes");
+    return std::string(date, n);
+  }
+  constexpr std::string_view name = "date_string";
+  for (size_t at = tmpl.find(name); at != std::string_view::npos; at = tmpl.find(name, at + 1)) {
+    size_t k = at + name.size();
+    while (k < tmpl.size() && (tmpl[k] == ' ' || tmpl[k] == '\t')) ++k;
+    if (k + 1 >= tmpl.size() || tmpl[k] != '=' || tmpl[k + 1] == '=') continue;  // not an assignment
+    if (std::optional<std::string> literal = literal_at(k + 1)) return *literal;
+  }
+  fail("chat template of ", source, ": a Llama 3.1-style template whose \"Today Date: \" is neither strftime_now('...') "
+       "nor a literal date_string; ", kSupported);
+}
+
 // Builds the rendered text and its trained spans piece by piece.
 struct Renderer {
   RenderedChat out;
@@ -208,6 +269,18 @@ struct Renderer {
 
 void render_llama3(const ChatFormat& f, std::span<const ChatMessage> messages, Renderer& r) {
   r.text(f.bos_token);
+  if (!f.knowledge_date.empty()) {  // llama3.1: the dated system turn, holding the first system message
+    r.text("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: ");
+    r.text(f.knowledge_date);
+    r.text("\nToday Date: ");
+    r.text(f.date_string);
+    r.text("\n\n");
+    if (!messages.empty() && messages[0].role == "system") {
+      r.text(python_strip(messages[0].content));
+      messages = messages.subspan(1);
+    }
+    r.text("<|eot_id|>");
+  }
   for (const ChatMessage& m : messages) {
     r.text("<|start_header_id|>");
     r.text(m.role);
@@ -368,7 +441,7 @@ std::string config_bos_token(const nlohmann::json& config, const std::string& fi
 }  // namespace
 
 std::string ChatFormat::name() const {
-  if (kind == ChatFormatKind::llama3) return "llama3";
+  if (kind == ChatFormatKind::llama3) return knowledge_date.empty() ? "llama3" : "llama3.1";
   return think_blocks ? "chatml-qwen3" : "chatml";
 }
 
@@ -384,13 +457,13 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
                                      const std::string& source) {
   ChatFormat f;
   if (tmpl.find("<|start_header_id|>") != std::string_view::npos) {
-    if (tmpl.find("Cutting Knowledge Date") != std::string_view::npos)
-      fail("chat template of ", source,
-           ": Llama 3.1-style templates (date header in the system turn, tools) are not "
-           "supported; ",
-           kSupported);
     f.kind = ChatFormatKind::llama3;
-    f.bos_token = template_bos_token(template_literals(tmpl), bos_token, f.kind, f.control_tokens());
+    const TemplateLiterals literals = template_literals(tmpl);
+    if (tmpl.find("Cutting Knowledge Date") != std::string_view::npos) {
+      f.knowledge_date = find_knowledge_date(literals, source);
+      f.date_string = template_date_string(tmpl, source);
+    }
+    f.bos_token = template_bos_token(literals, bos_token, f.kind, f.control_tokens());
     return f;
   }
   if (tmpl.find("<|im_start|>") != std::string_view::npos) {
@@ -458,6 +531,7 @@ struct CheckedTemplate {
 };
 constexpr CheckedTemplate kCheckedTemplates[] = {
     {0x76cb6c4659a68fe8, "tests/fixtures/chat/llama3_tokenizer"},
+    {0x8e690c5d17e572ae, "tests/fixtures/chat/llama31"},
     {0xad16736ba07fbb39, "tests/fixtures/chat/chatml_tokenizer, chatml_default"},
     {0x2bfdb7aa9754484e, "Qwen3 (hybrid thinking: Qwen3-0.6B to 235B-A22B)"},
     {0x8a87094e0e1e24c5, "Qwen2-7B-Instruct"},

@@ -6,7 +6,12 @@
 //   llama3  ("<|start_header_id|>"): [bos_token] then per message
 //           "<|start_header_id|>ROLE<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>"
 //           (Meta-Llama-3-Instruct; content trimmed of Unicode whitespace as Jinja's `trim`).
-//           Templates with Llama 3.1's "Cutting Knowledge Date" system header are rejected.
+//   llama3.1 (llama3 markers and "Cutting Knowledge Date"; Llama 3.1, 3.2 and 3.3 Instruct): llama3,
+//           except that every conversation opens with a system turn whose body is
+//           "Cutting Knowledge Date: K\nToday Date: D\n\n" + the trimmed first system message
+//           ("" when the conversation has none). K is the template's literal; D is today's date
+//           where the template calls strftime_now (as transformers renders it), else the
+//           template's literal date_string.
 //   chatml  ("<|im_start|>"): [bos_token] then per message "<|im_start|>ROLE\n" + content +
 //           "<|im_end|>\n". Qwen2.5 flavour: a template holding a literal default system turn
 //           ('<|im_start|>system\n...<|im_end|>\n' in one string or in its text) uses it when the
@@ -47,8 +52,12 @@ struct ChatFormat {
   std::string bos_token;       // text prepended to each conversation ("" for none)
   std::string default_system;  // chatml: system content used when none is given ("" for none)
   bool think_blocks = false;   // chatml: Qwen3 reasoning handling
+  // llama3.1: the opening system turn's "Cutting Knowledge Date: " (e.g. "December 2023") and
+  // "Today Date: " (e.g. "26 Jul 2024"). knowledge_date is "" for plain llama3.
+  std::string knowledge_date;
+  std::string date_string;
   bool checked = false;        // load_chat_format: the template is one of kCheckedTemplates (not forced)
-  std::string name() const;    // "llama3", "chatml", "chatml-qwen3"
+  std::string name() const;    // "llama3", "llama3.1", "chatml", "chatml-qwen3"
   // The control tokens the rendering writes (bos_token included when set): each must be one
   // token of the tokenizer, or the text would be trained as plain characters.
   std::vector<std::string> control_tokens() const;
@@ -63,7 +72,7 @@ ChatFormat chat_format_from_template(std::string_view chat_template, const std::
 // Markers alone cannot tell a template's separators, trimming and default turns: only a template
 // whose rendering was checked against transformers' (kCheckedTemplates, by the hash of its text;
 // tools/check_chat_template.py) is taken as is. Any other is refused, unless `chat_format` names the
-// built-in format ("chatml", "chatml-qwen3", "llama3") to render it with, which must be the one its
+// built-in format ("chatml", "chatml-qwen3", "llama3", "llama3.1") to render it with, which must be the one its
 // markers give: the user takes that rendering knowingly.
 ChatFormat load_chat_format(const std::string& path, const std::string& chat_format = "");
 // FNV-1a 64 of a template's text: how kCheckedTemplates knows it.

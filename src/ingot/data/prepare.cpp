@@ -766,7 +766,9 @@ std::string PrepareReport::to_string() const {
     char pct[64];
     std::snprintf(pct, sizeof pct, "%.1f%%",
                   num_tokens ? 100.0 * static_cast<double>(trained_tokens) / num_tokens : 0.0);
-    s << "\nprepare: chat format " << chat_format << "; loss on " << counted(trained_tokens, "token") << " ("
+    s << "\nprepare: chat format " << chat_format;
+    if (!chat_date_string.empty()) s << " (Today Date: " << chat_date_string << ")";
+    s << "; loss on " << counted(trained_tokens, "token") << " ("
       << pct << "), masked fraction ";
     std::snprintf(pct, sizeof pct, "%.1f%%",
                   num_tokens ? 100.0 * static_cast<double>(num_tokens - trained_tokens) / num_tokens
@@ -822,6 +824,14 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(!options.chat_template.empty(), "prepare: format ", name,
                 " needs the model's tokenizer_config.json for its chat template (--chat-template)");
     format = load_chat_format(options.chat_template, options.chat_format);
+    if (!options.chat_date_string.empty()) {
+      if (format->name() != "llama3.1")
+        fail("prepare: --chat-date-string is for templates that write a date (llama3.1); the chat template of ",
+             options.chat_template, " reads as ", format->name());
+      if (options.chat_date_string.find_first_of("\r\n") != std::string::npos)
+        fail("prepare: --chat-date-string \"", options.chat_date_string, "\" holds a line break");
+      format->date_string = options.chat_date_string;
+    }
     const auto& bpe = static_cast<const BpeTokenizer&>(tokenizer);
     // One token, as encode() finds it in text: an ordinary vocabulary entry (Qwen's "<s>") is
     // split into pieces, so it would be trained as plain text all the same.
@@ -887,7 +897,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   PrepareReport report;
   report.output_dir = options.output_dir;
   report.repeated_inputs = repeated_inputs;
-  if (format) report.chat_format = format->name();
+  if (format) report.chat_format = format->name(), report.chat_date_string = format->date_string;
   int64_t total_bytes = 0;
   for (const InputFile& f : files) {
     std::error_code ec;
@@ -1109,6 +1119,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     meta["chat_format"] = report.chat_format;
     // false: an unchecked template rendered with --chat-format, as its user chose.
     meta["chat_template_checked"] = format && format->checked;
+    if (!report.chat_date_string.empty()) meta["chat_date_string"] = report.chat_date_string;
     meta["train_on_inputs"] = options.train_on_inputs;
   }
   for (const PreparedShard& shard : report.shards)

@@ -63,6 +63,7 @@ struct PrepareOptions {
   PrepareFormat format = PrepareFormat::text;
   std::string chat_template;          // chat / alpaca: tokenizer_config.json (or its folder)
   std::string chat_format;            // chat / alpaca: a built-in format for an unchecked template ("": none)
+  std::string chat_date_string;       // chat / alpaca, llama3.1: "Today Date: " text ("": the template's)
   std::string messages_field = "messages";  // chat: the field holding the conversation
   bool train_on_inputs = false;       // chat / alpaca: loss on every token, not only the assistant's
   int64_t max_seq_len = 0;            // > 0: longest document kept whole (tokens)
@@ -110,6 +111,7 @@ struct PrepareReport {
   int64_t dropped = 0;             // documents dropped: longer than max_seq_len with overflow drop
   int64_t dropped_no_target = 0;   // chat / alpaca samples with no trained token
   std::string chat_format;         // chat / alpaca: the format used (e.g. "chatml-qwen3")
+  std::string chat_date_string;    // llama3.1: the date its system turns give ("" for other formats)
   std::vector<PreparedShard> shards;
   std::string output_dir;
   std::string to_string() const;  // the final report, a few lines
