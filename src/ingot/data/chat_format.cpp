@@ -540,6 +540,8 @@ constexpr CheckedTemplate kCheckedTemplates[] = {
     {0x45ec583d4d25bc3a, "SmolLM2-Instruct"},
     {0x773d13e188afc917, "Mistral-7B-OpenOrca"},
     {0xe60067a5537498e, "Meta-Llama-3-8B-Instruct"},
+    {0xcc0368e1ffb6b958, "Llama-3.1-8B-Instruct, Llama-3.3-70B-Instruct (checked 2026-12-02, jinja2 3.1.6)"},
+    {0x368f4c34b8554414, "Llama-3.2-1B-Instruct, Llama-3.2-3B-Instruct (checked 2026-12-02, jinja2 3.1.6)"},
 };
 }  // namespace
 
