@@ -2303,6 +2303,20 @@ TEST_F(Training, ChatFineTuneCarriesTheDatasTemplateNotTheModels) {
   ASSERT_EQ(0, train("model: " + base + "\n" + tiny.substr(tiny.find("train_data:")), "kept", "--set eval_steps=0 "
                      "--set output_dir=" + root + "/kept", &out)) << out;
   EXPECT_EQ(read_file(root + "/kept/checkpoint-1/chat_template.jinja"), read_file(base + "/chat_template.jinja"));
+  // Exported over an export that wrote a chat_template.jinja, a checkpoint whose tokenizer_config.json
+  // comes without one is refused: the .jinja left behind would have been the template transformers
+  // rendered. Nothing is changed; with the file gone, the export goes through.
+  ASSERT_EQ(0, run_command(cli() + " export " + root + "/kept/checkpoint-1 " + root + "/hf", &out)) << out;
+  const std::string stale = read_file(root + "/hf/chat_template.jinja");
+  const std::string weights = read_file(root + "/hf/model.safetensors");
+  EXPECT_NE(0, run_command(cli() + " export " + tuned + " " + root + "/hf --overwrite", &out));
+  EXPECT_NE(out.find("export: " + root + "/hf/chat_template.jinja would replace the chat template of the "
+                     "tokenizer_config.json this export writes"), std::string::npos) << out;
+  EXPECT_EQ(read_file(root + "/hf/chat_template.jinja"), stale);
+  EXPECT_EQ(read_file(root + "/hf/model.safetensors"), weights);
+  fs::remove(root + "/hf/chat_template.jinja");
+  ASSERT_EQ(0, run_command(cli() + " export " + tuned + " " + root + "/hf --overwrite", &out)) << out;
+  EXPECT_EQ(read_file(root + "/hf/tokenizer_config.json"), read_file(tuned + "/tokenizer_config.json"));
 }
 
 // An evaluation whose batches hold no trained target (long prompts, masked) says why the step has

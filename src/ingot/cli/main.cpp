@@ -421,6 +421,18 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
   const std::vector<CompanionFile> companions = model_companion_files(dir);  // checked before anything is written
+  auto writes = [&](const char* name) {
+    return std::any_of(companions.begin(), companions.end(),
+                       [&](const CompanionFile& file) { return fs::path(file.path).filename() == name; });
+  };
+  // tokenizer_config.json and chat_template.jinja go together (companion_files in trainer.cpp):
+  // transformers reads a chat_template.jinja over the config's template, so one kept from an earlier
+  // export would have replaced the template of the config this export writes.
+  if (const fs::path jinja = target / "chat_template.jinja";
+      fs::is_directory(target) && writes("tokenizer_config.json") && !writes("chat_template.jinja") && fs::exists(jinja))
+    fail("export: ", jinja.string(), " would replace the chat template of the tokenizer_config.json this export writes "
+         "(transformers reads the .jinja first), and ", dir, " has no chat_template.jinja; delete or move it (an earlier "
+         "export's, or your own), then export again");
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
     for (const CompanionFile& file : companions)
@@ -431,10 +443,7 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   std::vector<std::string> kept;
   if (fs::is_directory(target))
     for (const char* name : kModelCompanionFiles)
-      if (fs::exists(target / name) && std::none_of(companions.begin(), companions.end(), [&](const CompanionFile& file) {
-            return fs::path(file.path).filename() == name;
-          }))
-        kept.push_back((target / name).string());
+      if (fs::exists(target / name) && !writes(name)) kept.push_back((target / name).string());
   if (fs::is_directory(target)) replace_directory_contents(target, write_export);
   else create_directory_whole(target, write_export);
   std::cout << "exported " << dir << " -> " << out_dir << " (" << ingot::dtype_name(dtype) << ")\n";
