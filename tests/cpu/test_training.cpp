@@ -1151,6 +1151,8 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         std::pair{"train", "train: a CONFIG.yaml is required"},
         std::pair{"train x.yaml --resume --overwrite", "--resume and --overwrite exclude each other"},
         std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},
+        std::pair{"prepare x -o y --chat-date-string '26 Jul 2024'", "--chat-date-string applies to --format chat or alpaca"},
+        std::pair{"prepare x -o y --format chat --chat-date-string ''", "--chat-date-string is empty"},
         std::pair{"prepare x -o y --overflow drop", "--overflow applies to documents longer than --max-seq-len"}}) {
     EXPECT_EQ(2, run_command(cli() + " " + args, &out)) << args << "\n" << out;
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;

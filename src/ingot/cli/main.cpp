@@ -499,6 +499,10 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
                            Rule{"--messages-field", format == "chat", "--format chat"}})
     if (prepare.count(rule.flag) > 0 && !rule.applies)
       usage_error("prepare: ", rule.flag, " applies to ", rule.where, ", not to --format ", format, "; leave it out");
+  // "" is what leaves the template's date in place: given explicitly, it is a mistake, not a date.
+  if (prepare.count("--chat-date-string") > 0 && prepare["--chat-date-string"]->as<std::string>().empty())
+    usage_error("prepare: --chat-date-string is empty; give the date its system turns show (e.g. \"26 Jul 2024\") or "
+                "leave it out");
   if (prepare.count("--overflow") > 0 && prepare.count("--max-seq-len") == 0)
     usage_error("prepare: --overflow applies to documents longer than --max-seq-len, which is not given");
 }

@@ -399,8 +399,11 @@ void append_token_bytes(const BpeTokenizer& tokenizer, int32_t id, std::string* 
   }
 }
 
+// A JSON value's type with its article, for "X is an array, not a string".
 std::string json_type(const nlohmann::json& j) {
-  return j.type_name();
+  if (j.is_null()) return "null";
+  const std::string name = j.type_name();
+  return (name == "array" || name == "object" ? "an " : "a ") + name;
 }
 
 // The bos_token a template writes before each conversation, "" when it writes none. Llama 3: where
@@ -444,6 +447,8 @@ std::string ChatFormat::name() const {
   if (kind == ChatFormatKind::llama3) return knowledge_date.empty() ? "llama3" : "llama3.1";
   return think_blocks ? "chatml-qwen3" : "chatml";
 }
+
+std::string ChatFormat::end_of_turn() const { return kind == ChatFormatKind::llama3 ? "<|eot_id|>" : "<|im_end|>"; }
 
 std::vector<std::string> ChatFormat::control_tokens() const {
   std::vector<std::string> tokens;
@@ -500,7 +505,7 @@ TokenizerConfig read_tokenizer_config(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail("chat format: ", c.file.string(), " is not valid JSON: ", io::json_error_text(e));
   }
-  if (!c.json.is_object()) fail("chat format: ", c.file.string(), " is a ", json_type(c.json), ", not a JSON object");
+  if (!c.json.is_object()) fail("chat format: ", c.file.string(), " is ", json_type(c.json), ", not a JSON object");
   return c;
 }
 
@@ -594,21 +599,21 @@ ChatFormat load_chat_format(const std::string& path, const std::string& chat_for
 }
 
 std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages) {
-  if (!messages.is_array()) fail("\"messages\" is a ", json_type(messages), ", not an array");
+  if (!messages.is_array()) fail("\"messages\" is ", json_type(messages), ", not an array");
   if (messages.empty()) fail("\"messages\" is empty");
   std::vector<ChatMessage> out;
   out.reserve(messages.size());
   for (size_t i = 0; i < messages.size(); ++i) {
     const nlohmann::json& m = messages[i];
-    if (!m.is_object()) fail("message ", i, " is a ", json_type(m), ", not an object");
+    if (!m.is_object()) fail("message ", i, " is ", json_type(m), ", not an object");
     const auto role = m.find("role");
     if (role == m.end()) fail("message ", i, " has no \"role\"");
-    if (!role->is_string()) fail("message ", i, ": \"role\" is a ", json_type(*role), ", not a string");
+    if (!role->is_string()) fail("message ", i, ": \"role\" is ", json_type(*role), ", not a string");
     const auto content = m.find("content");
     if (content == m.end()) fail("message ", i, " has no \"content\"");
     if (!content->is_string())
-      fail("message ", i, ": \"content\" is a ", json_type(*content),
-           ", not a string (multimodal content lists are not supported)");
+      fail("message ", i, ": \"content\" is ", json_type(*content), ", not a string",
+           content->is_array() ? " (multimodal content lists are not supported)" : "");
     ChatMessage msg{role->get<std::string>(), content->get<std::string>(), std::nullopt};
     if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
       fail("message ", i, ": unknown role \"", msg.role, "\" (supported: system, user, assistant)");
@@ -628,14 +633,14 @@ std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& messages)
 }
 
 std::vector<ChatMessage> alpaca_messages_from_json(const nlohmann::json& record) {
-  if (!record.is_object()) fail("record is a ", json_type(record), ", not an object");
+  if (!record.is_object()) fail("record is ", json_type(record), ", not an object");
   auto string_field = [&](const char* name, bool required) -> std::string {
     const auto it = record.find(name);
     if (it == record.end() || it->is_null()) {
       if (required) fail("no \"", name, "\" field (alpaca records need instruction and output)");
       return "";
     }
-    if (!it->is_string()) fail("\"", name, "\" is a ", json_type(*it), ", not a string");
+    if (!it->is_string()) fail("\"", name, "\" is ", json_type(*it), ", not a string");
     return it->get<std::string>();
   };
   // Earlier turns (some alpaca sets carry them) would be left out without a word.
@@ -660,6 +665,12 @@ RenderedChat render_chat(const ChatFormat& format, std::span<const ChatMessage> 
   else
     render_chatml(format, messages, r);
   return std::move(r.out);
+}
+
+std::string render_generation_prompt(const ChatFormat& format, std::span<const ChatMessage> messages) {
+  std::string text = render_chat(format, messages).text;
+  text += format.kind == ChatFormatKind::llama3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n" : "<|im_start|>assistant\n";
+  return text;
 }
 
 std::string token_bytes(const BpeTokenizer& tokenizer, int32_t id) {

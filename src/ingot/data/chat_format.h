@@ -20,7 +20,8 @@
 //           last user turn render "<think>\nREASONING\n</think>\n\n" + answer when they are the
 //           final message or have reasoning (the final one gets an empty think block), earlier
 //           ones render the answer only; `reasoning_content` on a message overrides the split.
-// Not supported: tools / tool calls, the "tool" role, generation prompts. Any other template is an
+// Generation prompts (the assistant header after the conversation) only through
+// render_generation_prompt. Not supported: tools / tool calls, the "tool" role. Any other template is an
 // error naming the supported formats.
 //
 // Invariants:
@@ -58,6 +59,7 @@ struct ChatFormat {
   std::string date_string;
   bool checked = false;        // load_chat_format: the template is one of kCheckedTemplates (not forced)
   std::string name() const;    // "llama3", "llama3.1", "chatml", "chatml-qwen3"
+  std::string end_of_turn() const;  // "<|eot_id|>" or "<|im_end|>"
   // The control tokens the rendering writes (bos_token included when set): each must be one
   // token of the tokenizer, or the text would be trained as plain characters.
   std::vector<std::string> control_tokens() const;
@@ -101,6 +103,11 @@ struct RenderedChat {
   std::vector<std::pair<size_t, size_t>> trained;  // byte spans [begin, end) of text, ascending
 };
 RenderedChat render_chat(const ChatFormat& format, std::span<const ChatMessage> messages);
+// The conversation followed by the header of the assistant's next turn, as apply_chat_template(
+// messages, add_generation_prompt=True) renders it: what a model completes to answer. (Qwen3's
+// "<think>" is the model's to write: transformers adds an empty think block only with
+// enable_thinking=False.)
+std::string render_generation_prompt(const ChatFormat& format, std::span<const ChatMessage> messages);
 
 struct TokenizedChat {
   std::vector<int32_t> tokens;
