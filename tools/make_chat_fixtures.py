@@ -12,6 +12,9 @@ Formats covered:
   llama31         the llama3 tokenizer under a Llama-3.1-style template written here (a dated system
                   turn opens every conversation, holding the trimmed first system message), rendered
                   with date_string="26 Jul 2024"; its tokenizer_config.json is in llama31/
+  prompts         generation_prompts.json: apply_chat_template(..., add_generation_prompt=True) ids of
+                  conversations that end on a user turn, for the committed tokenizers above (and
+                  Qwen3's where ../shared has it), as `ingot generate --chat` renders its prompt
   chatml          likewise a tokenizer trained here, with Qwen2's pre-tokenizer and NFC and the
                   ChatML special tokens, under the chatml_default template: ChatML parity that
                   CI can run (the two Qwen3 ones need ../shared)
@@ -22,7 +25,7 @@ the rendered string by its markers (an independent check of the loss mask).
 
 Usage (needs transformers, tokenizers, jinja2; no torch):
   python3 -m venv /tmp/cvenv && /tmp/cvenv/bin/pip install transformers tokenizers jinja2
-  /tmp/cvenv/bin/python tools/make_chat_fixtures.py [--only llama3|llama31|qwen3|chatml]
+  /tmp/cvenv/bin/python tools/make_chat_fixtures.py [--only llama3|llama31|prompts|qwen3|chatml]
 """
 import json
 import os
@@ -195,6 +198,33 @@ def make_cases(tok, header, end, names, **template_kwargs):
     return cases
 
 
+# Conversations that end on a user turn, as a chat prompt does.
+PROMPTS = {
+    "user_only": [{"role": "user", "content": "What is the capital of France?"}],
+    "system_and_user": [{"role": "system", "content": " Be terse. "}, {"role": "user", "content": "  2 + 2?\n"}],
+    "after_a_turn": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello! How can I help?"},
+                     {"role": "user", "content": "Name a colour."}],
+}
+
+
+def generation_prompt_cases(AutoTokenizer):
+    """{folder in tests/fixtures/chat ("qwen3": ../shared's): [{name, messages, ids}]}."""
+    setups = [("llama3_tokenizer", "llama3_tokenizer", None), ("llama31", "llama3_tokenizer", LLAMA31_TEMPLATE),
+              ("chatml_tokenizer", "chatml_tokenizer", None)]
+    if os.path.isdir(QWEN3):
+        setups.append(("qwen3", QWEN3, None))  # ../shared/data/tokenizers/qwen3
+    out = {}
+    for folder, tokenizer_dir, template in setups:
+        tok = AutoTokenizer.from_pretrained(os.path.join(OUT, tokenizer_dir))
+        if template is not None:
+            tok.chat_template = template
+        out[folder] = [{"name": name, "messages": messages,
+                        "ids": ids_of(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True,
+                                                              date_string="26 Jul 2024"))}
+                       for name, messages in PROMPTS.items()]
+    return out
+
+
 def write_json(path, obj):
     with open(path, "w", encoding="utf-8") as f:
         json.dump(obj, f, ensure_ascii=False, indent=1)
@@ -298,6 +328,11 @@ def main():
             "cases": make_cases(tok, "<|start_header_id|>assistant<|end_header_id|>\n\n", "<|eot_id|>",
                                 all_names + list(SYSTEM_EDGES),
                                 date_string="26 Jul 2024")})
+
+    if only in (None, "prompts"):
+        write_json(os.path.join(OUT, "generation_prompts.json"), {
+            "generator": "tools/make_chat_fixtures.py", "versions": versions, "date_string": "26 Jul 2024",
+            "formats": generation_prompt_cases(AutoTokenizer)})
 
     if only in (None, "qwen3"):
         if not os.path.isdir(QWEN3):

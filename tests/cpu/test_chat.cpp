@@ -141,6 +141,28 @@ TEST(Chat, Llama31DateFromTemplate) {
   EXPECT_NE(msg.find("chat template of x: a Llama 3.1-style template that does not write"), std::string::npos) << msg;
 }
 
+// generate --chat's prompt: the conversation, then the assistant's header, as transformers renders
+// apply_chat_template(..., add_generation_prompt=True) for conversations that end on a user turn.
+TEST(Chat, GenerationPromptsMatchTransformers) {
+  const nlohmann::json data = read_json(fixtures() + "/generation_prompts.json");
+  int checked = 0;
+  for (const auto& [folder, cases] : data.at("formats").items()) {
+    const bool qwen3 = folder == "qwen3";
+    if (qwen3 && !fs::exists(qwen3_dir() + "/tokenizer.json")) continue;  // ../shared is absent
+    const std::string config_dir = qwen3 ? qwen3_dir() : fixtures() + "/" + folder;
+    const BpeTokenizer tok = BpeTokenizer::from_file(folder == "llama31" ? fixtures() + "/llama3_tokenizer" : config_dir);
+    ChatFormat format = load_chat_format(config_dir);
+    if (format.name() == "llama3.1") format.date_string = data.at("date_string").get<std::string>();
+    for (const auto& c : cases) {
+      const std::vector<ChatMessage> messages = chat_messages_from_json(c.at("messages"));
+      EXPECT_EQ(tok.encode(render_generation_prompt(format, messages)), c.at("ids").get<std::vector<int32_t>>())
+          << folder << " " << c.at("name");
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 9);
+}
+
 TEST(Chat, Qwen3MatchesTransformers) {
   if (!fs::exists(qwen3_dir() + "/tokenizer.json"))
     GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared is absent)";

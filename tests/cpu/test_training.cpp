@@ -2321,6 +2321,36 @@ TEST_F(Training, ChatFineTuneCarriesTheDatasTemplateNotTheModels) {
   EXPECT_EQ(read_file(root + "/hf/tokenizer_config.json"), read_file(tuned + "/tokenizer_config.json"));
 }
 
+// generate --chat samples from the prompt rendered as a user turn plus the assistant's header: the
+// same tokens as that text given as a plain prompt (whose special tokens the tokenizer reads whole),
+// so the reply is what the plain run writes after the echoed prompt. The reply alone is printed.
+TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i)
+    jsonl += R"({"messages": [{"role": "user", "content": "the cat sat"}, {"role": "assistant", "content": "on a mat"}]})" "\n";
+  std::string out;
+  ASSERT_EQ(0, train(llama3_chat_config(jsonl, 2), "run", "--set eval_steps=0", &out)) << out;
+  std::string chat, plain;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --chat --prompt 'the cat sat' --temperature 0 "
+                           "--max-new-tokens 6", &chat)) << chat;
+  const std::string rendered = "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nthe cat sat<|eot_id|>"
+                               "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  ASSERT_EQ(0, run_command("bash -c \"" + cli() + " generate " + root + "/run --no-special-tokens --temperature 0 "
+                           "--max-new-tokens 6 --prompt $'<|begin_of_text|><|start_header_id|>user<|end_header_id|>\\n\\n"
+                           "the cat sat<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
+  ASSERT_FALSE(chat.empty());
+  EXPECT_EQ(plain.rfind(rendered + chat.substr(0, chat.size() - 1), 0), 0u) << "chat: " << chat << "\nplain: " << plain;
+  EXPECT_EQ(chat.find("the cat sat"), std::string::npos) << chat;  // the prompt is not echoed
+  // The flags that only a plain prompt or only --chat takes are refused by name.
+  EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --chat --no-special-tokens --prompt x", &out));
+  EXPECT_NE(out.find("--no-special-tokens applies to a plain prompt"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --chat-format llama3 --prompt x", &out));
+  EXPECT_NE(out.find("--chat-format applies with --chat"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --tokenizer byte --prompt x", &out));
+  EXPECT_NE(out.find("generate --chat: the chat template's tokens need the model's tokenizer.json"), std::string::npos)
+      << out;
+}
+
 // An evaluation whose batches hold no trained target (long prompts, masked) says why the step has
 // no val_loss; it was left out without a word, at every evaluation.
 TEST_F(Training, EvaluationWithoutTrainedTargetsIsNamed) {

@@ -626,6 +626,12 @@ int main(int argc, char** argv) {
   generate->add_flag("--no-special-tokens", gen_no_special_tokens,
                      "do not start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>)");
   generate->add_option("--tokenizer", gen.tokenizer, "tokenizer.json, or byte (default: the model's, else bytes)");
+  generate->add_flag("--chat", gen.chat,
+                     "the prompt is a user message: rendered with the model's chat template, the reply printed alone");
+  generate->add_option("--chat-format", gen.chat_format,
+                       "with --chat: render a template Ingot has not checked with this built-in format (chatml, "
+                       "chatml-qwen3, llama3, llama3.1)")
+      ->check(one_of({"chatml", "chatml-qwen3", "llama3", "llama3.1"}));
 
   auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
   std::string export_source, export_out, export_dtype = "f32", max_shard = "5GB";
@@ -747,6 +753,11 @@ int main(int argc, char** argv) {
       return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
     }
     if (*generate) {
+      if (generate->count("--chat-format") > 0 && !gen.chat)
+        usage_error("generate: --chat-format applies with --chat, which is not given");
+      if (gen.chat && generate->count("--no-special-tokens") > 0)
+        usage_error("generate: --no-special-tokens applies to a plain prompt; with --chat the chat template decides how "
+                    "the prompt starts");
       generate_text(gen, &std::cout);
       return stdout_written("generate");
     }

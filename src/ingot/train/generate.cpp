@@ -17,6 +17,7 @@
 #include "ingot/core/rng.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
+#include "ingot/data/chat_format.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
 #include "ingot/model/parameters.h"
@@ -108,6 +109,44 @@ std::vector<int64_t> generation_stop_ids(const std::string& dir, const ModelConf
   return ids;
 }
 
+namespace {
+struct ChatPrompt {
+  std::vector<int32_t> tokens;
+  int32_t end_of_turn = -1;  // the format's end-of-turn token (<|eot_id|>, <|im_end|>)
+};
+
+// --chat: the prompt as one user turn under dir's chat template, then the assistant's header.
+ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const data::Tokenizer& tokenizer) {
+  if (!o.add_special_tokens)
+    fail("generate: --no-special-tokens applies to a plain prompt; with --chat the chat template decides how the "
+         "prompt starts");
+  const auto* bpe = dynamic_cast<const data::BpeTokenizer*>(&tokenizer);
+  if (bpe == nullptr)
+    fail("generate --chat: the chat template's tokens need the model's tokenizer.json, and ", dir,
+         " has none (or --tokenizer byte was given)");
+  data::ChatFormat format;
+  try {
+    format = data::load_chat_format(dir, o.chat_format);
+  } catch (const Error& e) {
+    fail("generate --chat: ", e.what());
+  }
+  // As prepare checks them: a control token the tokenizer splits would be read as plain text.
+  for (const std::string& token : format.control_tokens())
+    if (const std::vector<int32_t> ids = bpe->encode(token); ids.size() != 1 || bpe->token_to_id(token) != ids[0])
+      fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
+           ", which the tokenizer does not read as one token");
+  const data::ChatMessage user{"user", o.prompt, std::nullopt};
+  ChatPrompt prompt;
+  try {
+    prompt.tokens = bpe->encode(data::render_generation_prompt(format, std::span(&user, 1)));
+  } catch (const Error& e) {
+    fail("generate: --prompt: ", e.what());
+  }
+  prompt.end_of_turn = bpe->token_to_id(format.end_of_turn());
+  return prompt;
+}
+}  // namespace
+
 std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   INGOT_CHECK(o.max_new_tokens >= 0, "ingot generate: --max-new-tokens must be 0 or more, got ", o.max_new_tokens);
   INGOT_CHECK(std::isfinite(o.temperature) && o.temperature >= 0,
@@ -137,20 +176,27 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     std::cerr << "warning: " << dir << " has no tokenizer.json, so text is read and written as bytes (ids 0-256), but "
               << "the model's vocab_size is " << config.vocab_size << ": it was likely trained with another tokenizer; "
               << "copy that tokenizer.json into " << dir << " or pass --tokenizer\n";
-  // As transformers' tokenizer(prompt) starts it: Llama 3's <|begin_of_text|> first, as in training.
   std::vector<int32_t> tokens;
-  try {
-    if (o.add_special_tokens) tokens = tokenizer->special_prefix();
-  } catch (const Error& e) {
-    std::cerr << "warning: " << e.what() << " (the prompt starts without them)\n";
+  int32_t end_of_turn = -1;
+  if (o.chat) {
+    const ChatPrompt chat = chat_prompt(dir, o, *tokenizer);
+    tokens = chat.tokens;
+    end_of_turn = chat.end_of_turn;
+  } else {
+    // As transformers' tokenizer(prompt) starts it: Llama 3's <|begin_of_text|> first, as in training.
+    try {
+      if (o.add_special_tokens) tokens = tokenizer->special_prefix();
+    } catch (const Error& e) {
+      std::cerr << "warning: " << e.what() << " (the prompt starts without them)\n";
+    }
+    std::vector<int32_t> prompt;
+    try {
+      prompt = tokenizer->encode(o.prompt);
+    } catch (const Error& e) {  // the tokenizer's "input text" is the prompt here
+      fail("generate: --prompt: ", e.what());
+    }
+    tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   }
-  std::vector<int32_t> prompt;
-  try {
-    prompt = tokenizer->encode(o.prompt);
-  } catch (const Error& e) {  // the tokenizer's "input text" is the prompt here
-    fail("generate: --prompt: ", e.what());
-  }
-  tokens.insert(tokens.end(), prompt.begin(), prompt.end());
   if (tokens.empty()) tokens.push_back(tokenizer->eos_id() >= 0 ? tokenizer->eos_id() : 0);
   // (max_new_tokens clamped first: a value near 2^63 overflowed the sum.)
   const int64_t context = std::min<int64_t>(config.max_position_embeddings,
@@ -188,11 +234,13 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   }
   Transformer& model = *built;
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
-  const std::vector<int64_t> stops = generation_stop_ids(dir, config);
+  std::vector<int64_t> stops = generation_stop_ids(dir, config);
+  if (end_of_turn >= 0) stops.push_back(end_of_turn);
 
   SplitMixRng rng(o.seed);
-  std::string text = o.prompt;
-  if (out) *out << o.prompt << std::flush;
+  // A plain prompt is continued, so the text starts with it; a chat reply stands alone.
+  std::string text = o.chat ? std::string() : o.prompt;
+  if (out) *out << text << std::flush;
   std::vector<int32_t> positions;
   TextStream stream(*tokenizer);
   for (int64_t i = 0; i < o.max_new_tokens; ++i) {

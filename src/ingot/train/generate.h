@@ -25,6 +25,11 @@ struct GenerateOptions {
   // Start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>), as
   // transformers' tokenizer(prompt) does; off for a model trained on data prepared without it.
   bool add_special_tokens = true;
+  // The prompt is a user message: rendered with the model folder's chat template, followed by the
+  // assistant's header (apply_chat_template(..., add_generation_prompt=True)); the reply alone is
+  // printed, and it ends at the format's end of turn as well as the model's stop ids.
+  bool chat = false;
+  std::string chat_format;      // --chat: a built-in format for a template Ingot has not checked
 };
 
 // Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes
