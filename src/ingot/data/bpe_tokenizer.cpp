@@ -122,13 +122,23 @@ size_t translate_class(const std::string& pattern, size_t i, const std::string& 
   } else if (!negated) {
     *out += "(?:";
     if (!members.empty()) *out += "[" + members + "]|";
-    for (size_t k = 0; k < excluded.size(); ++k) *out += (k ? "|[^" : "[^") + std::string(excluded[k]) + "]";
+    for (size_t k = 0; k < excluded.size(); ++k) {
+      *out += k ? "|[^" : "[^";
+      *out += excluded[k];
+      *out += ']';
+    }
     *out += ")";
   } else {  // none of the members, and inside every excluded shorthand's set
     *out += "(?:";
     if (!members.empty()) *out += "(?![" + members + "])";
-    for (size_t k = 0; k + 1 < excluded.size(); ++k) *out += "(?=[" + std::string(excluded[k]) + "])";
-    *out += "[" + std::string(excluded.back()) + "])";
+    for (size_t k = 0; k + 1 < excluded.size(); ++k) {
+      *out += "(?=[";
+      *out += excluded[k];
+      *out += "])";
+    }
+    *out += '[';
+    *out += excluded.back();
+    *out += "])";
   }
   return j + 1;
 }

@@ -61,9 +61,12 @@ std::string_view rstrip_newlines(std::string_view s) {
 
 // Template text with its line ends as Jinja reads them: "\r\n" and "\r" become "\n".
 std::string jinja_newlines(std::string_view text) {
-  std::string out(text);
-  for (size_t at = out.find('\r'); at != std::string::npos; at = out.find('\r', at))
-    out.replace(at, at + 1 < out.size() && out[at + 1] == '\n' ? 2 : 1, "\n");
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    out += text[i] == '\r' ? '\n' : text[i];
+    if (text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n') ++i;
+  }
   return out;
 }
 

@@ -85,7 +85,10 @@ bool check_hf_weights(const std::string& path, const std::vector<ParamEntry>& en
       const SafeTensorInfo& info = reader.get(piece.hf_name);
       auto dims = [](const std::vector<int64_t>& shape) {
         std::string text = "(";  // "()" for a scalar
-        for (const int64_t d : shape) text += (text.size() > 1 ? "," : "") + std::to_string(d);
+        for (const int64_t d : shape) {
+          if (text.size() > 1) text += ',';
+          text += std::to_string(d);
+        }
         return text + ")";
       };
       if (info.shape != expected)
