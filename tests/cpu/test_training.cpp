@@ -2346,6 +2346,22 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
   EXPECT_NE(out.find("--no-special-tokens applies to a plain prompt"), std::string::npos) << out;
   EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --chat-format llama3 --prompt x", &out));
   EXPECT_NE(out.find("--chat-format applies with --chat"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --system 'Be brief.' --prompt x", &out));
+  EXPECT_NE(out.find("--system applies with --chat"), std::string::npos) << out;
+  // A system message goes before the user turn, as its own turn under this template. The prompts'
+  // lengths show in the note on a sample that passes the model's 64 positions.
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --chat --system 'Be brief.' --prompt 'the cat sat' "
+                           "--temperature 0 --max-new-tokens 64", &chat)) << chat;
+  ASSERT_EQ(0, run_command("bash -c \"" + cli() + " generate " + root + "/run --no-special-tokens --temperature 0 "
+                           "--max-new-tokens 64 --prompt $'<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
+                           "\\n\\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\\n\\nthe cat sat<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
+  auto prompt_note = [](const std::string& text) {
+    const size_t at = text.find("note: the prompt's ");
+    return at == std::string::npos ? std::string("no note") : text.substr(at, text.find(" tokens", at) - at);
+  };
+  EXPECT_NE(prompt_note(plain), "no note") << plain;
+  EXPECT_EQ(prompt_note(chat), prompt_note(plain)) << "chat: " << chat << "\nplain: " << plain;
   EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --tokenizer byte --prompt x", &out));
   EXPECT_NE(out.find("generate --chat: the chat template's tokens need the model's tokenizer.json"), std::string::npos)
       << out;

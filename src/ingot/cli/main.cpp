@@ -632,6 +632,7 @@ int main(int argc, char** argv) {
                        "with --chat: render a template Ingot has not checked with this built-in format (chatml, "
                        "chatml-qwen3, llama3, llama3.1)")
       ->check(one_of({"chatml", "chatml-qwen3", "llama3", "llama3.1"}));
+  generate->add_option("--system", gen.system, "with --chat: a system message before the prompt");
 
   auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
   std::string export_source, export_out, export_dtype = "f32", max_shard = "5GB";
@@ -753,8 +754,8 @@ int main(int argc, char** argv) {
       return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
     }
     if (*generate) {
-      if (generate->count("--chat-format") > 0 && !gen.chat)
-        usage_error("generate: --chat-format applies with --chat, which is not given");
+      for (const char* flag : {"--chat-format", "--system"})
+        if (generate->count(flag) > 0 && !gen.chat) usage_error("generate: ", flag, " applies with --chat, which is not given");
       if (gen.chat && generate->count("--no-special-tokens") > 0)
         usage_error("generate: --no-special-tokens applies to a plain prompt; with --chat the chat template decides how "
                     "the prompt starts");

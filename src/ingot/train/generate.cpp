@@ -135,10 +135,12 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
     if (const std::vector<int32_t> ids = bpe->encode(token); ids.size() != 1 || bpe->token_to_id(token) != ids[0])
       fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
            ", which the tokenizer does not read as one token");
-  const data::ChatMessage user{"user", o.prompt, std::nullopt};
+  std::vector<data::ChatMessage> messages;
+  if (o.system) messages.push_back({"system", *o.system, std::nullopt});
+  messages.push_back({"user", o.prompt, std::nullopt});
   ChatPrompt prompt;
   try {
-    prompt.tokens = bpe->encode(data::render_generation_prompt(format, std::span(&user, 1)));
+    prompt.tokens = bpe->encode(data::render_generation_prompt(format, messages));
   } catch (const Error& e) {
     fail("generate: --prompt: ", e.what());
   }

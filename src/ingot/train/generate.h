@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct GenerateOptions {
   // printed, and it ends at the format's end of turn as well as the model's stop ids.
   bool chat = false;
   std::string chat_format;      // --chat: a built-in format for a template Ingot has not checked
+  std::optional<std::string> system;  // --chat: a system message before the user's
 };
 
 // Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes
