@@ -329,7 +329,7 @@ def main():
                                 all_names + list(SYSTEM_EDGES),
                                 date_string="26 Jul 2024")})
 
-    if only in (None, "prompts"):
+    if only in (None, "prompts", "llama3", "llama31", "chatml"):  # their ids follow those tokenizers
         write_json(os.path.join(OUT, "generation_prompts.json"), {
             "generator": "tools/make_chat_fixtures.py", "versions": versions, "date_string": "26 Jul 2024",
             "formats": generation_prompt_cases(AutoTokenizer)})

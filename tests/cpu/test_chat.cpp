@@ -30,6 +30,15 @@ namespace {
 std::string fixtures() { return test::source_dir() + "/tests/fixtures/chat"; }
 std::string qwen3_dir() { return test::source_dir() + "/../shared/data/tokenizers/qwen3"; }
 
+// Today's local date in strftime's `pattern`, as Python's datetime.now().strftime gives it.
+std::string today_as(const char* pattern) {
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[64];
+  return std::string(text, std::strftime(text, sizeof text, pattern, &local));
+}
+
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in) << path;
@@ -94,16 +103,13 @@ TEST(Chat, Llama3MatchesTransformers) {
 // date_string "26 Jul 2024", as --chat-date-string gives.
 TEST(Chat, Llama31MatchesTransformers) {
   const BpeTokenizer tok = BpeTokenizer::from_file(fixtures() + "/llama3_tokenizer");
+  const std::string before = today_as("%d %b %Y");
   ChatFormat format = load_chat_format(fixtures() + "/llama31");
+  if (format.date_string == before) format.date_string = today_as("%d %b %Y");  // loaded as midnight passed
   EXPECT_EQ(format.name(), "llama3.1");
   EXPECT_EQ(format.bos_token, "<|begin_of_text|>");
   EXPECT_EQ(format.knowledge_date, "March 2025");
-  const std::time_t now = std::time(nullptr);
-  std::tm local{};
-  localtime_r(&now, &local);
-  char today[32];
-  std::strftime(today, sizeof today, "%d %b %Y", &local);
-  EXPECT_EQ(format.date_string, today);
+  EXPECT_EQ(format.date_string, today_as("%d %b %Y"));
   const nlohmann::json fixture = read_json(fixtures() + "/llama31.json");
   format.date_string = fixture.at("date_string").get<std::string>();
   check_fixture("llama31.json", tok, format, false);
@@ -139,6 +145,20 @@ TEST(Chat, Llama31DateFromTemplate) {
     chat_format_from_template("<|start_header_id|>system<|end_header_id|>Cutting Knowledge Date", "", "x");
   });
   EXPECT_NE(msg.find("chat template of x: a Llama 3.1-style template that does not write"), std::string::npos) << msg;
+  // Names are whole words, a call may have blanks before its parenthesis, and comments are not code
+  // (a review, 2026-12-02).
+  EXPECT_EQ(chat_format_from_template("{%- set date_string = strftime_now (\"%Y\") %}" + header + turns, "", "t").date_string,
+            today_as("%Y"));
+  EXPECT_EQ(chat_format_from_template("{# strftime_now('%Y') #}{%- set my_date_string = '1 Jan 2000' %}"
+                                      "{%- set date_string = '26 Jul 2024' %}" + header + turns, "", "t").date_string,
+            "26 Jul 2024");
+  EXPECT_EQ(chat_format_from_template("{# Cutting Knowledge Date #}" + turns, "", "t").name(), "llama3");
+  msg = error_of([&] {
+    chat_format_from_template("{%- if x %}{%- set date_string = '1 Jan 2000' %}{%- else %}{%- set date_string = '2 Jan 2000' %}"
+                              "{%- endif %}" + header + turns, "", "t");
+  });
+  EXPECT_NE(msg.find("the literals it sets date_string to differ (\"2 Jan 2000\" and \"1 Jan 2000\")"), std::string::npos)
+      << msg;
 }
 
 // generate --chat's prompt: the conversation, then the assistant's header, as transformers renders
@@ -342,7 +362,7 @@ TEST(Chat, BadMessagesNameTheProblem) {
   msg = error_of([] { chat_messages_from_json(json::parse(R"([{"content":"x"}])")); });
   EXPECT_NE(msg.find("no \"role\""), std::string::npos) << msg;
   msg = error_of([] { chat_messages_from_json(json::parse(R"({"role":"user"})")); });
-  EXPECT_NE(msg.find("not an array"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"messages\" is an object, not an array"), std::string::npos) << msg;
   msg = error_of([] { chat_messages_from_json(json::parse("[]")); });
   EXPECT_NE(msg.find("empty"), std::string::npos) << msg;
   // A tool call carries the answer outside "content": the text alone trained an empty answer.
@@ -367,7 +387,13 @@ TEST(Chat, BadMessagesNameTheProblem) {
   msg = error_of([] {
     chat_messages_from_json(json::parse(R"([{"role":"user","content":[{"type":"text"}]}])"));
   });
-  EXPECT_NE(msg.find("not a string"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"content\" is an array, not a string (multimodal content lists are not supported)"),
+            std::string::npos) << msg;
+  // The note on content lists only for a list (a fuzzing review, 2026-12-02).
+  msg = error_of([] { chat_messages_from_json(json::parse(R"([{"role":"user","content":null}])")); });
+  EXPECT_EQ(msg.substr(msg.find("\"content\"")), "\"content\" is null, not a string") << msg;
+  msg = error_of([] { chat_messages_from_json(json::parse(R"([{"role":"user","content":7}])")); });
+  EXPECT_EQ(msg.substr(msg.find("\"content\"")), "\"content\" is a number, not a string") << msg;
   msg = error_of([] { alpaca_messages_from_json(json::parse(R"({"instruction":"x"})")); });
   EXPECT_NE(msg.find("\"output\""), std::string::npos) << msg;
   const auto alpaca =

@@ -2312,7 +2312,7 @@ TEST_F(Training, ChatFineTuneCarriesTheDatasTemplateNotTheModels) {
   const std::string stale = read_file(root + "/hf/chat_template.jinja");
   const std::string weights = read_file(root + "/hf/model.safetensors");
   EXPECT_NE(0, run_command(cli() + " export " + tuned + " " + root + "/hf --overwrite", &out));
-  EXPECT_NE(out.find("export: " + root + "/hf/chat_template.jinja would replace the chat template of the "
+  EXPECT_NE(out.find("export: " + root + "/hf/chat_template.jinja would be the chat template of the "
                      "tokenizer_config.json this export writes"), std::string::npos) << out;
   EXPECT_EQ(read_file(root + "/hf/chat_template.jinja"), stale);
   EXPECT_EQ(read_file(root + "/hf/model.safetensors"), weights);
@@ -2338,7 +2338,7 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
   ASSERT_EQ(0, run_command("bash -c \"" + cli() + " generate " + root + "/run --no-special-tokens --temperature 0 "
                            "--max-new-tokens 6 --prompt $'<|begin_of_text|><|start_header_id|>user<|end_header_id|>\\n\\n"
                            "the cat sat<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
-  ASSERT_FALSE(chat.empty());
+  ASSERT_GT(chat.size(), 1u) << chat;  // a reply, then the line's end
   EXPECT_EQ(plain.rfind(rendered + chat.substr(0, chat.size() - 1), 0), 0u) << "chat: " << chat << "\nplain: " << plain;
   EXPECT_EQ(chat.find("the cat sat"), std::string::npos) << chat;  // the prompt is not echoed
   // The flags that only a plain prompt or only --chat takes are refused by name.
@@ -2365,6 +2365,45 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
   EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --tokenizer byte --prompt x", &out));
   EXPECT_NE(out.find("generate --chat: the chat template's tokens need the model's tokenizer.json"), std::string::npos)
       << out;
+}
+
+// The reply ends at the format's end of turn even where the model's stop ids do not hold it (a base
+// model's config names only <|end_of_text|>); a date pinned with --chat-date-string goes into the
+// dated system turn, where the template writes one.
+TEST_F(Training, GenerateChatStopsAtTheEndOfTurn) {
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i)
+    jsonl += R"({"messages": [{"role": "user", "content": "the cat sat"}, {"role": "assistant", "content": "on a mat"}]})" "\n";
+  std::string config = llama3_chat_config(jsonl, 80);
+  config.replace(config.find("  vocab_size"), 0, "  eos_token_id: 1\n");  // <|end_of_text|>
+  std::string out;
+  ASSERT_EQ(0, train(config, "run", "--set eval_steps=0 --set sequence_len=32", &out)) << out;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --chat --prompt 'the cat sat' --temperature 0 "
+                           "--max-new-tokens 20", &out)) << out;
+  EXPECT_EQ(out, "on a mat\n");
+  EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --chat --chat-date-string '' --prompt x", &out));
+  EXPECT_NE(out.find("--chat-date-string is empty"), std::string::npos) << out;
+  EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --chat-date-string '1 Feb 2031' --prompt x", &out));
+  EXPECT_NE(out.find("--chat-date-string is for templates that write a date (llama3.1); the chat template of"),
+            std::string::npos) << out;
+  // Under a Llama-3.1-style template the pinned date is what the prompt holds: the same prompt length
+  // (the note on a sample past the 64 positions says it) as that rendering given as a plain prompt.
+  fs::copy_file(ingot::test::source_dir() + "/tests/fixtures/chat/llama31/tokenizer_config.json",
+                root + "/run/checkpoint-80/tokenizer_config.json", fs::copy_options::overwrite_existing);
+  std::string plain;
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --chat --chat-date-string '1 Feb 2031' --prompt 'the cat sat' "
+                           "--temperature 0 --max-new-tokens 64", &out)) << out;
+  ASSERT_EQ(0, run_command("bash -c \"" + cli() + " generate " + root + "/run --no-special-tokens --temperature 0 "
+                           "--max-new-tokens 64 --prompt $'<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
+                           "\\n\\nCutting Knowledge Date: March 2025\\nToday Date: 1 Feb 2031\\n\\n<|eot_id|>"
+                           "<|start_header_id|>user<|end_header_id|>\\n\\nthe cat sat<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
+  auto prompt_note = [](const std::string& text) {
+    const size_t at = text.find("note: the prompt's ");
+    return at == std::string::npos ? std::string("no note") : text.substr(at, text.find(" tokens", at) - at);
+  };
+  EXPECT_NE(prompt_note(plain), "no note") << plain;
+  EXPECT_EQ(prompt_note(out), prompt_note(plain)) << "chat: " << out << "\nplain: " << plain;
 }
 
 // An evaluation whose batches hold no trained target (long prompts, masked) says why the step has

@@ -404,6 +404,20 @@ void export_model(const std::string& source, const std::string& out_dir, const s
     }
     if (up == up.root_path()) break;
   }
+  // Checked before the weights are read and anything is written.
+  const std::vector<CompanionFile> companions = model_companion_files(dir);
+  auto writes = [&](const char* name) {
+    return std::any_of(companions.begin(), companions.end(),
+                       [&](const CompanionFile& file) { return fs::path(file.path).filename() == name; });
+  };
+  // tokenizer_config.json and chat_template.jinja go together (companion_files in trainer.cpp):
+  // transformers reads a chat_template.jinja over the config's template, so one kept from an earlier
+  // export would have been the template of the config this export writes.
+  if (const fs::path jinja = target / "chat_template.jinja";
+      fs::is_directory(target) && writes("tokenizer_config.json") && !writes("chat_template.jinja") && fs::exists(jinja))
+    fail("export: ", jinja.string(), " would be the chat template of the tokenizer_config.json this export writes "
+         "(transformers reads the .jinja over the config's own), and ", dir, " has no chat_template.jinja; delete or move "
+         "it (an earlier export's, or your own), then export again");
   Context ctx;
   const auto entries = plan_parameters(config);
   // Before the host buffer of config.json's size.
@@ -420,19 +434,6 @@ void export_model(const std::string& source, const std::string& out_dir, const s
   }
   Tensor flat(host.data(), DType::f32, Device::cpu, {static_cast<int64_t>(host.size())});
   io::load_hf_weights(ctx, dir, entries, flat);
-  const std::vector<CompanionFile> companions = model_companion_files(dir);  // checked before anything is written
-  auto writes = [&](const char* name) {
-    return std::any_of(companions.begin(), companions.end(),
-                       [&](const CompanionFile& file) { return fs::path(file.path).filename() == name; });
-  };
-  // tokenizer_config.json and chat_template.jinja go together (companion_files in trainer.cpp):
-  // transformers reads a chat_template.jinja over the config's template, so one kept from an earlier
-  // export would have replaced the template of the config this export writes.
-  if (const fs::path jinja = target / "chat_template.jinja";
-      fs::is_directory(target) && writes("tokenizer_config.json") && !writes("chat_template.jinja") && fs::exists(jinja))
-    fail("export: ", jinja.string(), " would replace the chat template of the tokenizer_config.json this export writes "
-         "(transformers reads the .jinja first), and ", dir, " has no chat_template.jinja; delete or move it (an earlier "
-         "export's, or your own), then export again");
   auto write_export = [&](const fs::path& folder) {
     io::save_hf_model(folder.string(), config, entries, flat, dtype, max_shard_bytes);
     for (const CompanionFile& file : companions)
@@ -633,6 +634,9 @@ int main(int argc, char** argv) {
                        "chatml-qwen3, llama3, llama3.1)")
       ->check(one_of({"chatml", "chatml-qwen3", "llama3", "llama3.1"}));
   generate->add_option("--system", gen.system, "with --chat: a system message before the prompt");
+  generate->add_option("--chat-date-string", gen.chat_date_string,
+                       "with --chat, llama3.1 templates: the date their system turn gives, as prepare's "
+                       "--chat-date-string (default: today's where the template calls strftime_now, else the template's)");
 
   auto* export_cmd = app.add_subcommand("export", "write a checkpoint as a Hugging Face model directory");
   std::string export_source, export_out, export_dtype = "f32", max_shard = "5GB";
@@ -754,8 +758,12 @@ int main(int argc, char** argv) {
       return command_prepare(prep, tokenizer_path, prep_format, prep_overflow);
     }
     if (*generate) {
-      for (const char* flag : {"--chat-format", "--system"})
+      for (const char* flag : {"--chat-format", "--system", "--chat-date-string"})
         if (generate->count(flag) > 0 && !gen.chat) usage_error("generate: ", flag, " applies with --chat, which is not given");
+      if (generate->count("--chat-date-string") > 0 && gen.chat_date_string.empty())
+        usage_error("generate: --chat-date-string is empty; give the date the system turn shows or leave it out");
+      if (gen.chat_date_string.find_first_of("\r\n") != std::string::npos)
+        usage_error("generate: --chat-date-string holds a line break");
       if (gen.chat && generate->count("--no-special-tokens") > 0)
         usage_error("generate: --no-special-tokens applies to a plain prompt; with --chat the chat template decides how "
                     "the prompt starts");

@@ -25,8 +25,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::string_view kSupported =
-    "supported: llama3 (a template with <|start_header_id|>), llama3.1 (and Cutting Knowledge Date), chatml / "
-    "Qwen2.5 / Qwen3 (a template with <|im_start|>)";
+    "supported: llama3 (a template with <|start_header_id|>), llama3.1 (<|start_header_id|> and \"Cutting Knowledge "
+    "Date\"), chatml / Qwen2.5 / Qwen3 (a template with <|im_start|>)";
 
 // Python's str.isspace(), which Jinja's `trim` (str.strip()) uses: White_Space plus U+001C..1F.
 bool python_is_space(char32_t c) {
@@ -210,22 +210,59 @@ std::string find_knowledge_date(const TemplateLiterals& literals, const std::str
        "and \"Today Date: \" as literals; ", kSupported);
 }
 
+bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
 // The date after "Today Date: ", as transformers renders it: where the template calls
 // strftime_now('FORMAT') (Llama 3.2), today's local date in that format (transformers defines it with
 // Python's datetime.now()); else the literal it sets date_string to (Llama 3.1 and 3.3: "26 Jul 2024").
+// Read from the template's code, comments left out; two different formats or literals are refused,
+// since which one renders depends on branches this does not follow.
 std::string template_date_string(std::string_view tmpl, const std::string& source) {
-  auto literal_at = [&](size_t at) -> std::optional<std::string> {  // a quoted literal after blanks
-    while (at < tmpl.size() && (tmpl[at] == ' ' || tmpl[at] == '\t')) ++at;
-    if (at >= tmpl.size() || (tmpl[at] != '"' && tmpl[at] != '\'')) return std::nullopt;
-    size_t end = at + 1;
-    for (; end < tmpl.size() && tmpl[end] != tmpl[at]; ++end)
-      if (tmpl[end] == '\\') ++end;
-    if (end >= tmpl.size()) return std::nullopt;
-    return python_string_body(tmpl.substr(at + 1, end - at - 1));
+  std::string code;  // tmpl without its {# #} comments
+  for (size_t i = 0; i < tmpl.size();) {
+    const size_t open = tmpl.find("{#", i);
+    code += tmpl.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
+    if (open == std::string_view::npos) break;
+    const size_t close = tmpl.find("#}", open + 2);
+    i = close == std::string_view::npos ? tmpl.size() : close + 2;
+  }
+  auto skip_blanks = [&](size_t at) {
+    while (at < code.size() && std::isspace(static_cast<unsigned char>(code[at]))) ++at;
+    return at;
   };
-  constexpr std::string_view call = "strftime_now(";
-  if (const size_t at = tmpl.find(call); at != std::string_view::npos) {
-    const std::optional<std::string> pattern = literal_at(at + call.size());
+  auto literal_at = [&](size_t at) -> std::optional<std::string> {  // a quoted literal after blanks
+    at = skip_blanks(at);
+    if (at >= code.size() || (code[at] != '"' && code[at] != '\'')) return std::nullopt;
+    size_t end = at + 1;
+    for (; end < code.size() && code[end] != code[at]; ++end)
+      if (code[end] == '\\') ++end;
+    if (end >= code.size()) return std::nullopt;
+    return python_string_body(std::string_view(code).substr(at + 1, end - at - 1));
+  };
+  // What follows each whole-word `name` followed by `sign` (blanks between): the position after the sign.
+  auto after = [&](std::string_view name, char sign) {
+    std::vector<size_t> ends;
+    for (size_t at = code.find(name); at != std::string::npos; at = code.find(name, at + 1)) {
+      const size_t end = skip_blanks(at + name.size());
+      if ((at > 0 && is_identifier_char(code[at - 1])) || end >= code.size() || code[end] != sign) continue;
+      if (sign == '=' && end + 1 < code.size() && code[end + 1] == '=') continue;  // a comparison
+      ends.push_back(end + 1);
+    }
+    return ends;
+  };
+  // One value for every place, or an error: `what` names them for the message.
+  auto only = [&](const std::vector<std::optional<std::string>>& values, const char* what) {
+    for (const auto& v : values)
+      if (v != values.front())
+        fail("chat template of ", source, ": ", what, " differ (", v ? "\"" + *v + "\"" : std::string("an expression"),
+             " and ", values.front() ? "\"" + *values.front() + "\"" : std::string("an expression"),
+             "), and Ingot cannot tell which one renders; ", kSupported);
+    return values.front();
+  };
+  if (const std::vector<size_t> calls = after("strftime_now", '('); !calls.empty()) {
+    std::vector<std::optional<std::string>> patterns;
+    for (const size_t at : calls) patterns.push_back(literal_at(at));
+    const std::optional<std::string> pattern = only(patterns, "its strftime_now formats");
     // A date's fields only: Python writes %f, %z and %Z itself, and a time of day would differ
     // between the documents of one dataset.
     constexpr std::string_view fields = "aAbBdeYym%";
@@ -244,15 +281,13 @@ std::string template_date_string(std::string_view tmpl, const std::string& sourc
       fail("chat template of ", source, ": strftime_now(\"", *pattern, "\") writes more than 255 bytes");
     return std::string(date, n);
   }
-  constexpr std::string_view name = "date_string";
-  for (size_t at = tmpl.find(name); at != std::string_view::npos; at = tmpl.find(name, at + 1)) {
-    size_t k = at + name.size();
-    while (k < tmpl.size() && (tmpl[k] == ' ' || tmpl[k] == '\t')) ++k;
-    if (k + 1 >= tmpl.size() || tmpl[k] != '=' || tmpl[k + 1] == '=') continue;  // not an assignment
-    if (std::optional<std::string> literal = literal_at(k + 1)) return *literal;
-  }
-  fail("chat template of ", source, ": a Llama 3.1-style template whose \"Today Date: \" is neither strftime_now('...') "
-       "nor a literal date_string; ", kSupported);
+  std::vector<std::optional<std::string>> literals;
+  for (const size_t at : after("date_string", '='))
+    if (std::optional<std::string> literal = literal_at(at)) literals.push_back(std::move(literal));
+  if (literals.empty())
+    fail("chat template of ", source, ": a Llama 3.1-style template whose \"Today Date: \" is neither strftime_now('...') "
+         "nor a literal date_string; ", kSupported);
+  return *only(literals, "the literals it sets date_string to");
 }
 
 // Builds the rendered text and its trained spans piece by piece.
@@ -447,7 +482,7 @@ std::string config_bos_token(const nlohmann::json& config, const std::string& fi
 }  // namespace
 
 std::string ChatFormat::name() const {
-  if (kind == ChatFormatKind::llama3) return knowledge_date.empty() ? "llama3" : "llama3.1";
+  if (kind == ChatFormatKind::llama3) return dated() ? "llama3.1" : "llama3";
   return think_blocks ? "chatml-qwen3" : "chatml";
 }
 
@@ -467,7 +502,9 @@ ChatFormat chat_format_from_template(std::string_view tmpl, const std::string& b
   if (tmpl.find("<|start_header_id|>") != std::string_view::npos) {
     f.kind = ChatFormatKind::llama3;
     const TemplateLiterals literals = template_literals(tmpl);
-    if (tmpl.find("Cutting Knowledge Date") != std::string_view::npos) {
+    // Looked for in what the template writes: a comment that mentions it is no dated turn.
+    if (std::any_of(literals.texts.begin(), literals.texts.end(),
+                    [](const std::string& t) { return t.find("Cutting Knowledge Date") != std::string::npos; })) {
       f.knowledge_date = find_knowledge_date(literals, source);
       f.date_string = template_date_string(tmpl, source);
     }
@@ -548,8 +585,8 @@ constexpr CheckedTemplate kCheckedTemplates[] = {
     {0x45ec583d4d25bc3a, "SmolLM2-Instruct"},
     {0x773d13e188afc917, "Mistral-7B-OpenOrca"},
     {0xe60067a5537498e, "Meta-Llama-3-8B-Instruct"},
-    {0xcc0368e1ffb6b958, "Llama-3.1-8B-Instruct, Llama-3.3-70B-Instruct (checked 2026-12-02, jinja2 3.1.6)"},
-    {0x368f4c34b8554414, "Llama-3.2-1B-Instruct, Llama-3.2-3B-Instruct (checked 2026-12-02, jinja2 3.1.6)"},
+    {0xcc0368e1ffb6b958, "Llama-3.1-8B-Instruct, Llama-3.3-70B-Instruct"},
+    {0x368f4c34b8554414, "Llama-3.2-1B-Instruct, Llama-3.2-3B-Instruct"},
 };
 }  // namespace
 

@@ -11,7 +11,7 @@
 //           "Cutting Knowledge Date: K\nToday Date: D\n\n" + the trimmed first system message
 //           ("" when the conversation has none). K is the template's literal; D is today's date
 //           where the template calls strftime_now (as transformers renders it), else the
-//           template's literal date_string.
+//           template's literal date_string; prepare and generate can pin it (--chat-date-string).
 //   chatml  ("<|im_start|>"): [bos_token] then per message "<|im_start|>ROLE\n" + content +
 //           "<|im_end|>\n". Qwen2.5 flavour: a template holding a literal default system turn
 //           ('<|im_start|>system\n...<|im_end|>\n' in one string or in its text) uses it when the
@@ -21,8 +21,9 @@
 //           final message or have reasoning (the final one gets an empty think block), earlier
 //           ones render the answer only; `reasoning_content` on a message overrides the split.
 // Generation prompts (the assistant header after the conversation) only through
-// render_generation_prompt. Not supported: tools / tool calls, the "tool" role. Any other template is an
-// error naming the supported formats.
+// render_generation_prompt. Not supported: tools and tool calls (Llama 3.1's "Environment: ipython"
+// lines), the "tool" and "ipython" roles, multimodal content lists. Any other template is an error
+// naming the supported formats.
 //
 // Invariants:
 //   - tokens equal transformers' apply_chat_template(messages, tokenize=True) for the same
@@ -56,9 +57,10 @@ struct ChatFormat {
   // llama3.1: the opening system turn's "Cutting Knowledge Date: " (e.g. "December 2023") and
   // "Today Date: " (e.g. "26 Jul 2024"). knowledge_date is "" for plain llama3.
   std::string knowledge_date;
-  std::string date_string;
+  std::string date_string;     // callers may pin it, as apply_chat_template's date_string does
   bool checked = false;        // load_chat_format: the template is one of kCheckedTemplates (not forced)
   std::string name() const;    // "llama3", "llama3.1", "chatml", "chatml-qwen3"
+  bool dated() const { return !knowledge_date.empty(); }  // llama3.1: its system turn gives a date
   std::string end_of_turn() const;  // "<|eot_id|>" or "<|im_end|>"
   // The control tokens the rendering writes (bos_token included when set): each must be one
   // token of the tokenizer, or the text would be trained as plain characters.

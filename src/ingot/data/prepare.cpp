@@ -825,7 +825,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
                 " needs the model's tokenizer_config.json for its chat template (--chat-template)");
     format = load_chat_format(options.chat_template, options.chat_format);
     if (!options.chat_date_string.empty()) {
-      if (format->name() != "llama3.1")
+      if (!format->dated())
         fail("prepare: --chat-date-string is for templates that write a date (llama3.1); the chat template of ",
              options.chat_template, " reads as ", format->name());
       if (options.chat_date_string.find_first_of("\r\n") != std::string::npos)

@@ -130,6 +130,12 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
   } catch (const Error& e) {
     fail("generate --chat: ", e.what());
   }
+  if (!o.chat_date_string.empty()) {
+    if (!format.dated())
+      fail("generate: --chat-date-string is for templates that write a date (llama3.1); the chat template of ", dir,
+           " reads as ", format.name());
+    format.date_string = o.chat_date_string;
+  }
   // As prepare checks them: a control token the tokenizer splits would be read as plain text.
   for (const std::string& token : format.control_tokens())
     if (const std::vector<int32_t> ids = bpe->encode(token); ids.size() != 1 || bpe->token_to_id(token) != ids[0])

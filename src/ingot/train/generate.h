@@ -32,6 +32,7 @@ struct GenerateOptions {
   bool chat = false;
   std::string chat_format;      // --chat: a built-in format for a template Ingot has not checked
   std::optional<std::string> system;  // --chat: a system message before the user's
+  std::string chat_date_string;  // --chat, llama3.1: the date its system turn gives ("": the template's)
 };
 
 // Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes
