@@ -762,8 +762,6 @@ int main(int argc, char** argv) {
         if (generate->count(flag) > 0 && !gen.chat) usage_error("generate: ", flag, " applies with --chat, which is not given");
       if (generate->count("--chat-date-string") > 0 && gen.chat_date_string.empty())
         usage_error("generate: --chat-date-string is empty; give the date the system turn shows or leave it out");
-      if (gen.chat_date_string.find_first_of("\r\n") != std::string::npos)
-        usage_error("generate: --chat-date-string holds a line break");
       if (gen.chat && generate->count("--no-special-tokens") > 0)
         usage_error("generate: --no-special-tokens applies to a plain prompt; with --chat the chat template decides how "
                     "the prompt starts");

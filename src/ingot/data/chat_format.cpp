@@ -112,6 +112,8 @@ std::string python_string_body(std::string_view body) {
   return out;
 }
 
+bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
 // The text a Jinja template writes as it stands: its raw text between tags (newlines as "\n", as
 // Jinja normalises them), and the string literals inside {{ }} and {% %} with their escapes undone
 // (comments {# #} dropped). Enough to find a literal turn however it is quoted or written; not a
@@ -129,7 +131,6 @@ TemplateLiterals template_literals(std::string_view tmpl) {
       if (k + 1 < tmpl.size() && (tmpl[k + 1] == '{' || tmpl[k + 1] == '%' || tmpl[k + 1] == '#')) return k;
     return tmpl.size();
   };
-  auto identifier_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   TemplateLiterals out;
   bool first_found = false;
   for (size_t i = 0; i < tmpl.size();) {
@@ -152,8 +153,8 @@ TemplateLiterals template_literals(std::string_view tmpl) {
     for (; j < tmpl.size(); ++j) {
       const char c = tmpl[j];
       if (c == closer && j + 1 < tmpl.size() && tmpl[j + 1] == '}') break;
-      if (tmpl.compare(j, 9, "bos_token") == 0 && (j == 0 || !identifier_char(tmpl[j - 1])) &&
-          (j + 9 == tmpl.size() || !identifier_char(tmpl[j + 9])))
+      if (tmpl.compare(j, 9, "bos_token") == 0 && (j == 0 || !is_identifier_char(tmpl[j - 1])) &&
+          (j + 9 == tmpl.size() || !is_identifier_char(tmpl[j + 9])))
         out.names_bos_token = true;
       if (c != '\'' && c != '"') continue;
       const size_t body = j + 1;
@@ -209,8 +210,6 @@ std::string find_knowledge_date(const TemplateLiterals& literals, const std::str
   fail("chat template of ", source, ": a Llama 3.1-style template that does not write \"Cutting Knowledge Date: ...\\n\" "
        "and \"Today Date: \" as literals; ", kSupported);
 }
-
-bool is_identifier_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
 
 // The date after "Today Date: ", as transformers renders it: where the template calls
 // strftime_now('FORMAT') (Llama 3.2), today's local date in that format (transformers defines it with
@@ -307,7 +306,7 @@ struct Renderer {
 
 void render_llama3(const ChatFormat& f, std::span<const ChatMessage> messages, Renderer& r) {
   r.text(f.bos_token);
-  if (!f.knowledge_date.empty()) {  // llama3.1: the dated system turn, holding the first system message
+  if (f.dated()) {  // llama3.1: the dated system turn, holding the first system message
     r.text("<|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: ");
     r.text(f.knowledge_date);
     r.text("\nToday Date: ");

@@ -134,6 +134,8 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
     if (!format.dated())
       fail("generate: --chat-date-string is for templates that write a date (llama3.1); the chat template of ", dir,
            " reads as ", format.name());
+    if (o.chat_date_string.find_first_of("\r\n") != std::string::npos)
+      fail("generate: --chat-date-string \"", o.chat_date_string, "\" holds a line break");
     format.date_string = o.chat_date_string;
   }
   // As prepare checks them: a control token the tokenizer splits would be read as plain text.
@@ -185,7 +187,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
               << "the model's vocab_size is " << config.vocab_size << ": it was likely trained with another tokenizer; "
               << "copy that tokenizer.json into " << dir << " or pass --tokenizer\n";
   std::vector<int32_t> tokens;
-  int32_t end_of_turn = -1;
+  int32_t end_of_turn = -1;  // --chat: a stop id besides the model's
   if (o.chat) {
     const ChatPrompt chat = chat_prompt(dir, o, *tokenizer);
     tokens = chat.tokens;
