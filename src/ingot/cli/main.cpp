@@ -603,7 +603,7 @@ int main(int argc, char** argv) {
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
   generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
-  generate->add_option("--prompt", gen.prompt, "text to continue");
+  generate->add_option("--prompt", gen.prompt, "text to continue (with --chat: the user's message)");
   generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")
       ->check(kInteger)->check(at_least(0));
   generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")
