@@ -1215,6 +1215,15 @@ TEST(DataPrepare, BlankDocumentsAreSkippedAndCounted) {
   EXPECT_EQ(r.num_documents, 3);
   EXPECT_EQ(r.blank_documents, 4);  // a.txt's " \t\n", b.txt, c.jsonl's "  " and ""
   EXPECT_NE(r.to_string().find("prepare: skipped 4 blank documents (whitespace only)"), std::string::npos) << r.to_string();
+  // Unicode's spaces are whitespace too (no-break, ideographic, line separator): such documents
+  // were kept and trained on. A document with one other character, or with ill-formed UTF-8 (a lone
+  // lead byte, a cut-off sequence, a continuation byte), is no blank one.
+  write_text(dir + "/in/d.jsonl", "{\"text\": \"\\u00a0\\u3000 \\u2028\\n\"}\n{\"text\": \"\\u00a0x\\u3000\"}\n");
+  write_text(dir + "/in/e.txt", "one\n%\n\xC2\xA0\xE3\x80\x80\t\n%\n \xE3\x80\n%\n\xA0 \n%\n\xC2\n");
+  o.overwrite = true;
+  const PrepareReport u = prepare_dataset(o, tok);
+  EXPECT_EQ(u.num_documents, 3 + 1 + 4);  // d.jsonl's second record; e.txt's "one" and its three ill-formed ones
+  EXPECT_EQ(u.blank_documents, 4 + 2);    // d.jsonl's first record, e.txt's second document
 }
 
 TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {

@@ -29,11 +29,7 @@ constexpr std::string_view kSupported =
     "Date\"), chatml / Qwen2.5 / Qwen3 (a template with <|im_start|>)";
 
 // Python's str.isspace(), which Jinja's `trim` (str.strip()) uses: White_Space plus U+001C..1F.
-bool python_is_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
-}
+bool python_is_space(char32_t c) { return unicode_is_whitespace(c) || (c >= 0x1C && c <= 0x1F); }
 
 // Python's s.strip() on valid UTF-8.
 std::string_view python_strip(std::string_view s) {

@@ -98,9 +98,24 @@ bool starts_binary(const fs::path& path) {
   return head.find('\0') != std::string::npos;
 }
 
+// A JSON Lines line of JSON's blanks only (and \v, \f), read as no record.
 bool is_blank(std::string_view s) {
   return std::all_of(s.begin(), s.end(),
                      [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+}
+
+// A document of whitespace only, skipped and counted: Unicode's White_Space, so a document of
+// no-break or ideographic spaces (U+00A0, U+3000) too, which ASCII's blanks alone let through to
+// be trained on. Ill-formed UTF-8 is no whitespace.
+bool is_blank_document(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    const size_t length = lead < 0x80 ? 1 : lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (length > 1 && (i + length > s.size() || utf8_find_invalid(s.substr(i, length)) != std::string_view::npos))
+      return false;
+    if (!unicode_is_whitespace(utf8_next(s, &i))) return false;
+  }
+  return true;
 }
 
 // Inputs expanded to files in a deterministic order, each real file once; the inputs that named a
@@ -978,7 +993,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
                         (record.contains("messages") ? std::string(" (chat data: --format chat)")
                          : record.contains("instruction") ? std::string(" (alpaca data: --format alpaca)")
                                                           : std::string());
-            else if (const auto& text = field->get_ref<const std::string&>(); !is_blank(text))
+            else if (const auto& text = field->get_ref<const std::string&>(); !is_blank_document(text))
               add_text(where, text, line_bytes);
             else
               ++report.blank_documents, progress.advance(line_bytes);
@@ -1034,7 +1049,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       }
       ++report.num_files;
       if (options.doc_separator.empty()) {
-        if (!is_blank(content))
+        if (!is_blank_document(content))
           add_text(name, content, static_cast<int64_t>(content.size()), name, 1);
         else
           ++report.blank_documents, progress.advance(static_cast<int64_t>(content.size()));
@@ -1047,7 +1062,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       int64_t line_number = 1, doc_line = 1;
       auto emit = [&](std::string_view doc, size_t consumed_to) {
         const int64_t bytes = static_cast<int64_t>(consumed_to) - static_cast<int64_t>(doc_begin);
-        if (!is_blank(doc))
+        if (!is_blank_document(doc))
           add_text(name + ":" + std::to_string(doc_line), doc, bytes, name, doc_line);
         else if (!doc.empty())
           ++report.blank_documents, progress.advance(bytes);  // nothing between two separators is no document
