@@ -1254,20 +1254,53 @@ TEST(DataPrepare, MalformedJsonlNamesFileAndLine) {
   EXPECT_NE(msg.find("body"), std::string::npos) << msg;
 
   // A number beyond a double's range aborted with nlohmann's bare message, which
-  // --skip-invalid-json did not skip; the parser took a NUL byte for the end of the line and
-  // dropped the record after it.
+  // --skip-invalid-json did not skip; it now reads as null (PythonsNanAndInfinityReadAsNull). The
+  // parser took a NUL byte for the end of the line and dropped the record after it.
   o.text_field = "text";
   write_text(file, std::string("{\"text\": \"a\", \"n\": 1e400}\n{\"text\": \"b\"}\0{\"text\": \"c\"}\n{\"text\": \"d\"}\n", 68));
   msg = error_of([&] { prepare_dataset(o, tok); });
-  EXPECT_NE(msg.find(file + ":1: invalid JSON (number overflow parsing '1e400')"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(file + ":2: invalid JSON (a NUL byte at column 14)"), std::string::npos) << msg;
   o.skip_invalid_json = true;
   const PrepareReport skipped = prepare_dataset(o, tok);
-  EXPECT_EQ(skipped.skipped_json_lines, 2);
-  EXPECT_EQ(skipped.num_documents, 1);  // "d"
+  EXPECT_EQ(skipped.skipped_json_lines, 1);
+  EXPECT_EQ(skipped.num_documents, 2);  // "a" and "d"
   o.skip_invalid_json = false;
   write_text(file, std::string("{\"text\": \"b\"}\0{\"text\": \"c\"}\n", 28));
   msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find(file + ":1: invalid JSON (a NUL byte at column 14)"), std::string::npos) << msg;
+}
+
+// Python's json.dumps writes NaN, Infinity and -Infinity, and json.loads reads 1e999 as inf: a
+// record holding one of them in another field stopped the prepare (or was skipped), its text unread.
+// They read as null where they stand, outside strings only; a text that is one of them is no text,
+// and a misspelt one is still invalid JSON. A .json file of such lines is JSON Lines too.
+TEST(DataPrepare, PythonsNanAndInfinityReadAsNull) {
+  const std::string dir = test::temp_dir("prepare_python_nan");
+  write_text(dir + "/a.jsonl", "{\"text\": \"one\", \"score\": NaN}\n"
+                               "{\"text\": \"two\", \"w\": [Infinity, -Infinity, 1e999, -1E+999, 2.5e-3, -0]}\n"
+                               "{\"text\": \"NaN, Infinity \\\" 1e999\", \"x\": \"NaN\"}\n"
+                               "{\"text\": \"NaN \\\" -Infinity\", \"y\": -Infinity}\n");
+  write_text(dir + "/b.json", "{\"text\": \"four\", \"loss\": NaN}\n");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.jsonl", dir + "/b.json"};
+  o.output_dir = dir + "/out";
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 5);
+  EXPECT_EQ(r.python_values_as_null, 4);  // the third line has them only inside strings
+  EXPECT_NE(r.to_string().find("prepare: read NaN, Infinity or numbers beyond a double's range as null on 4 JSONL lines"),
+            std::string::npos) << r.to_string();
+  Shard s(dir + "/out/train-00000.bin");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "one<|endoftext|>two<|endoftext|>NaN, Infinity \" 1e999<|endoftext|>"
+                                         "NaN \" -Infinity<|endoftext|>four<|endoftext|>");
+  o.overwrite = true;
+  for (const auto& [line, problem] : {std::pair{"{\"text\": NaN}", ":1: no string field \"text\""},
+                                      std::pair{"{\"text\": \"x\", \"v\": NaNa}", ":1: invalid JSON (parse error"},
+                                      std::pair{"{\"text\": \"x\", \"v\": nan}", ":1: invalid JSON (parse error"}}) {
+    write_text(dir + "/a.jsonl", std::string(line) + "\n");
+    const std::string msg = error_of([&] { prepare_dataset(o, tok); });
+    EXPECT_NE(msg.find(dir + "/a.jsonl" + problem), std::string::npos) << line << ": " << msg;
+  }
 }
 
 // A .json file whose first line is an object with the text field is JSON Lines, as datasets'

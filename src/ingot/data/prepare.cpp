@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,53 @@ bool is_jsonl(const fs::path& p) {
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
+// Python's json.dumps writes NaN, Infinity and -Infinity, and json.loads reads a number beyond a
+// double's range as inf; JSON has none of them, so the parser refuses such a line, and a whole
+// record whose text was fine stopped the prepare. The line with each of these values outside
+// strings written as null, or nullopt where it holds none.
+std::optional<std::string> python_json_values_as_null(std::string_view line) {
+  std::string out;
+  bool changed = false, in_string = false;
+  for (size_t i = 0; i < line.size();) {
+    const char c = line[i];
+    if (in_string) {
+      const size_t n = c == '\\' && i + 1 < line.size() ? 2 : 1;  // an escape and what it escapes
+      if (c == '"') in_string = false;
+      out += line.substr(i, n);
+      i += n;
+      continue;
+    }
+    auto literal = [&](std::string_view word) {
+      const size_t end = i + word.size();
+      return line.compare(i, word.size(), word) == 0 &&
+             (end == line.size() || !std::isalnum(static_cast<unsigned char>(line[end])));
+    };
+    if (const std::string_view word = literal("NaN") ? "NaN" : literal("Infinity") ? "Infinity"
+                                      : literal("-Infinity") ? "-Infinity" : "";
+        !word.empty()) {
+      out += "null";
+      changed = true;
+      i += word.size();
+    } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
+      size_t end = i + 1;
+      while (end < line.size() && (std::isdigit(static_cast<unsigned char>(line[end])) ||
+                                   std::strchr(".eE+-", line[end]) != nullptr))
+        ++end;
+      const std::string number(line.substr(i, end - i));
+      const bool beyond = std::isinf(std::strtod(number.c_str(), nullptr));
+      out += beyond ? std::string("null") : number;
+      changed |= beyond;
+      i = end;
+    } else {
+      in_string = c == '"';
+      out += c;
+      ++i;
+    }
+  }
+  if (!changed) return std::nullopt;
+  return out;
+}
+
 // A .json file (any case) whose first non-blank line is a JSON object with the string field
 // text_field: JSON Lines under the name `datasets`' to_json gives them, which Hugging Face's json
 // loader reads record by record. Read as plain text, its raw JSON was trained on, with exit 0. A
@@ -70,7 +118,10 @@ bool json_file_of_json_lines(const fs::path& p, const std::string& text_field) {
   while (std::getline(in, line)) {
     if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM, as the JSON Lines reader takes it
     if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
-    const nlohmann::json first = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json first = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (first.is_discarded())
+      if (const std::optional<std::string> nulled = python_json_values_as_null(line))
+        first = nlohmann::json::parse(*nulled, nullptr, /*allow_exceptions=*/false);
     if (!first.is_object()) return false;
     const auto field = first.find(text_field);
     return field != first.end() && field->is_string();
@@ -804,6 +855,9 @@ std::string PrepareReport::to_string() const {
       << " named again (a file is read once however often it is named; to weight it, copy it)";
   if (skipped_json_lines)
     s << "\nprepare: skipped " << counted(skipped_json_lines, "invalid JSONL line");
+  if (python_values_as_null)
+    s << "\nprepare: read NaN, Infinity or numbers beyond a double's range as null on "
+      << counted(python_values_as_null, "JSONL line") << " (Python's json writes them; JSON has none)";
   return s.str();
 }
 
@@ -980,6 +1034,10 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
               record = nlohmann::json::parse(line);
             } catch (const nlohmann::json::exception& e) {
               problem = describe_parse_error(e);
+              if (const std::optional<std::string> nulled = python_json_values_as_null(line)) {
+                record = nlohmann::json::parse(*nulled, nullptr, /*allow_exceptions=*/false);
+                if (!record.is_discarded()) problem.clear(), ++report.python_values_as_null;
+              }
             }
           }
           if (!problem.empty()) {

@@ -103,6 +103,7 @@ struct PrepareReport {
   int64_t skipped_binary_files = 0;  // found in a directory and holding a NUL byte
   std::string first_skipped_binary_file;
   int64_t skipped_json_lines = 0;  // invalid lines / records, only with skip_invalid_json
+  int64_t python_values_as_null = 0;  // JSONL lines whose NaN, Infinity or out-of-range numbers read as null
   int64_t empty_files = 0;         // found in a directory and empty (skipped)
   int64_t blank_documents = 0;     // documents of whitespace only (JSONL text fields, separated docs, files): skipped
   std::vector<std::string> repeated_inputs;  // files named on the command line more than once (read once)
