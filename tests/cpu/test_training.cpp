@@ -2321,6 +2321,13 @@ TEST_F(Training, ChatFineTuneCarriesTheDatasTemplateNotTheModels) {
   EXPECT_EQ(read_file(root + "/hf/tokenizer_config.json"), read_file(tuned + "/tokenizer_config.json"));
 }
 
+// generate's note on a sample that passes the model's positions, up to the prompt's token count
+// ("note: the prompt's 24"): how long the prompt was. "no note" where there is none.
+static std::string prompt_note(const std::string& generate_output) {
+  const size_t at = generate_output.find("note: the prompt's ");
+  return at == std::string::npos ? "no note" : generate_output.substr(at, generate_output.find(" tokens", at) - at);
+}
+
 // generate --chat samples from the prompt rendered as a user turn plus the assistant's header: the
 // same tokens as that text given as a plain prompt (whose special tokens the tokenizer reads whole),
 // so the reply is what the plain run writes after the echoed prompt. The reply alone is printed.
@@ -2356,10 +2363,6 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
                            "--max-new-tokens 64 --prompt $'<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
                            "\\n\\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\\n\\nthe cat sat<|eot_id|>"
                            "<|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
-  auto prompt_note = [](const std::string& text) {
-    const size_t at = text.find("note: the prompt's ");
-    return at == std::string::npos ? std::string("no note") : text.substr(at, text.find(" tokens", at) - at);
-  };
   EXPECT_NE(prompt_note(plain), "no note") << plain;
   EXPECT_EQ(prompt_note(chat), prompt_note(plain)) << "chat: " << chat << "\nplain: " << plain;
   EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --tokenizer byte --prompt x", &out));
@@ -2398,10 +2401,6 @@ TEST_F(Training, GenerateChatStopsAtTheEndOfTurn) {
                            "\\n\\nCutting Knowledge Date: March 2025\\nToday Date: 1 Feb 2031\\n\\n<|eot_id|>"
                            "<|start_header_id|>user<|end_header_id|>\\n\\nthe cat sat<|eot_id|>"
                            "<|start_header_id|>assistant<|end_header_id|>\\n\\n'\"", &plain)) << plain;
-  auto prompt_note = [](const std::string& text) {
-    const size_t at = text.find("note: the prompt's ");
-    return at == std::string::npos ? std::string("no note") : text.substr(at, text.find(" tokens", at) - at);
-  };
   EXPECT_NE(prompt_note(plain), "no note") << plain;
   EXPECT_EQ(prompt_note(out), prompt_note(plain)) << "chat: " << out << "\nplain: " << plain;
 }
