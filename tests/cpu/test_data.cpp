@@ -1296,7 +1296,11 @@ TEST(DataPrepare, PythonsNanAndInfinityReadAsNull) {
   o.overwrite = true;
   for (const auto& [line, problem] : {std::pair{"{\"text\": NaN}", ":1: no string field \"text\""},
                                       std::pair{"{\"text\": \"x\", \"v\": NaNa}", ":1: invalid JSON (parse error"},
-                                      std::pair{"{\"text\": \"x\", \"v\": nan}", ":1: invalid JSON (parse error"}}) {
+                                      std::pair{"{\"text\": \"x\", \"v\": nan}", ":1: invalid JSON (parse error"},
+                                      // Malformed numbers whose start overflows stay malformed (a review, 2026-12-02).
+                                      std::pair{"{\"text\": \"x\", \"v\": 01e400}", ":1: invalid JSON (parse error"},
+                                      std::pair{"{\"text\": \"x\", \"v\": [1e400.5]}", ":1: invalid JSON ("},
+                                      std::pair{"{\"text\": \"x\", \"v\": [1.e400]}", ":1: invalid JSON (parse error"}}) {
     write_text(dir + "/a.jsonl", std::string(line) + "\n");
     const std::string msg = error_of([&] { prepare_dataset(o, tok); });
     EXPECT_NE(msg.find(dir + "/a.jsonl" + problem), std::string::npos) << line << ": " << msg;

@@ -60,10 +60,30 @@ bool is_jsonl(const fs::path& p) {
   return ext == ".jsonl" || ext == ".ndjson";
 }
 
-// Python's json.dumps writes NaN, Infinity and -Infinity, and json.loads reads a number beyond a
-// double's range as inf; JSON has none of them, so the parser refuses such a line, and a whole
-// record whose text was fine stopped the prepare. The line with each of these values outside
-// strings written as null, or nullopt where it holds none.
+// Whether s is one JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+bool is_json_number(std::string_view s) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
+    return i > from;
+  };
+  if (i < s.size() && s[i] == '-') ++i;
+  if (i < s.size() && s[i] == '0') ++i;
+  else if (!digits()) return false;
+  if (i < s.size() && s[i] == '.' && (++i, !digits())) return false;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    if (++i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
+// Python's json.dumps writes NaN, Infinity and -Infinity, and json.loads takes numbers beyond a
+// double's range (1e999 as inf); JSON has no such values, so the parser refuses the line, and a
+// whole record whose text was fine stopped the prepare. The line with each of these values outside
+// strings written as null, or nullopt where it holds none. A malformed number stays as it is, and
+// the line invalid.
 std::optional<std::string> python_json_values_as_null(std::string_view line) {
   std::string out;
   bool changed = false, in_string = false;
@@ -90,10 +110,10 @@ std::optional<std::string> python_json_values_as_null(std::string_view line) {
     } else if (c == '-' || std::isdigit(static_cast<unsigned char>(c))) {
       size_t end = i + 1;
       while (end < line.size() && (std::isdigit(static_cast<unsigned char>(line[end])) ||
-                                   std::strchr(".eE+-", line[end]) != nullptr))
+                                   std::string_view(".eE+-").find(line[end]) != std::string_view::npos))
         ++end;
       const std::string number(line.substr(i, end - i));
-      const bool beyond = std::isinf(std::strtod(number.c_str(), nullptr));
+      const bool beyond = is_json_number(number) && std::isinf(std::strtod(number.c_str(), nullptr));
       out += beyond ? std::string("null") : number;
       changed |= beyond;
       i = end;
