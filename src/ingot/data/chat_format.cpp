@@ -585,6 +585,22 @@ constexpr CheckedTemplate kCheckedTemplates[] = {
 };
 }  // namespace
 
+void pin_chat_date(ChatFormat* format, const std::string& date, const std::string& command, const std::string& source) {
+  if (!format->dated())
+    fail(command, ": --chat-date-string is for templates that write a date (llama3.1); the chat template of ", source,
+         " reads as ", format->name());
+  if (date.find_first_of("\r\n") != std::string::npos)
+    fail(command, ": --chat-date-string \"", date, "\" holds a line break");
+  format->date_string = date;
+}
+
+std::string first_split_control_token(const ChatFormat& format, const BpeTokenizer& tokenizer) {
+  for (const std::string& token : format.control_tokens())
+    if (const std::vector<int32_t> ids = tokenizer.encode(token); ids.size() != 1 || tokenizer.token_to_id(token) != ids[0])
+      return token;
+  return "";
+}
+
 uint64_t chat_template_hash(std::string_view chat_template) {
   // Of the text as Jinja reads it: "\r\n" and "\r" are "\n", and one final newline is dropped, so
   // a template saved with other line ends is the same template.

@@ -79,6 +79,13 @@ ChatFormat chat_format_from_template(std::string_view chat_template, const std::
 // built-in format ("chatml", "chatml-qwen3", "llama3", "llama3.1") to render it with, which must be the one its
 // markers give: the user takes that rendering knowingly.
 ChatFormat load_chat_format(const std::string& path, const std::string& chat_format = "");
+// Pins a llama3.1 format's date (--chat-date-string of `command`, prepare or generate): an error
+// naming the template `source` where the format writes no date or the date holds a line break.
+void pin_chat_date(ChatFormat* format, const std::string& date, const std::string& command, const std::string& source);
+// The first of format.control_tokens() that `tokenizer` does not read as one token (an added token
+// encode() finds whole in text: an ordinary vocabulary entry, such as Qwen's "<s>", is split into
+// pieces and would be read as plain text); "" when it reads every one whole.
+std::string first_split_control_token(const ChatFormat& format, const BpeTokenizer& tokenizer);
 // FNV-1a 64 of a template's text: how kCheckedTemplates knows it.
 uint64_t chat_template_hash(std::string_view chat_template);
 // The chat_template.jinja that load_chat_format reads the template from, as transformers reads a

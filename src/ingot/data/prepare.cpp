@@ -127,6 +127,16 @@ std::optional<std::string> python_json_values_as_null(std::string_view line) {
   return out;
 }
 
+// A line the parser refused, read as Python's json reads it (python_json_values_as_null); nullopt
+// where it holds no such value or is invalid all the same.
+std::optional<nlohmann::json> parse_python_json_line(std::string_view line) {
+  const std::optional<std::string> nulled = python_json_values_as_null(line);
+  if (!nulled) return std::nullopt;
+  nlohmann::json record = nlohmann::json::parse(*nulled, nullptr, /*allow_exceptions=*/false);
+  if (record.is_discarded()) return std::nullopt;
+  return record;
+}
+
 // A .json file (any case) whose first non-blank line is a JSON object with the string field
 // text_field: JSON Lines under the name `datasets`' to_json gives them, which Hugging Face's json
 // loader reads record by record. Read as plain text, its raw JSON was trained on, with exit 0. A
@@ -139,9 +149,7 @@ bool json_file_of_json_lines(const fs::path& p, const std::string& text_field) {
     if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM, as the JSON Lines reader takes it
     if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
     nlohmann::json first = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (first.is_discarded())
-      if (const std::optional<std::string> nulled = python_json_values_as_null(line))
-        first = nlohmann::json::parse(*nulled, nullptr, /*allow_exceptions=*/false);
+    if (first.is_discarded()) first = parse_python_json_line(line).value_or(first);
     if (!first.is_object()) return false;
     const auto field = first.find(text_field);
     return field != first.end() && field->is_string();
@@ -913,22 +921,13 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     INGOT_CHECK(!options.chat_template.empty(), "prepare: format ", name,
                 " needs the model's tokenizer_config.json for its chat template (--chat-template)");
     format = load_chat_format(options.chat_template, options.chat_format);
-    if (!options.chat_date_string.empty()) {
-      if (!format->dated())
-        fail("prepare: --chat-date-string is for templates that write a date (llama3.1); the chat template of ",
-             options.chat_template, " reads as ", format->name());
-      if (options.chat_date_string.find_first_of("\r\n") != std::string::npos)
-        fail("prepare: --chat-date-string \"", options.chat_date_string, "\" holds a line break");
-      format->date_string = options.chat_date_string;
-    }
+    if (!options.chat_date_string.empty())
+      pin_chat_date(&*format, options.chat_date_string, "prepare", options.chat_template);
     const auto& bpe = static_cast<const BpeTokenizer&>(tokenizer);
-    // One token, as encode() finds it in text: an ordinary vocabulary entry (Qwen's "<s>") is
-    // split into pieces, so it would be trained as plain text all the same.
-    for (const std::string& token : format->control_tokens())
-      if (const std::vector<int32_t> ids = bpe.encode(token); ids.size() != 1 || bpe.token_to_id(token) != ids[0])
-        fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
-             ", which tokenizer ", tokenizer.name(), " has no added token for (one encode() finds whole in text): it "
-             "would be trained as plain text; use the tokenizer.json and tokenizer_config.json of the same model");
+    if (const std::string token = first_split_control_token(*format, bpe); !token.empty())
+      fail("prepare: the chat template of ", options.chat_template, " (", format->name(), ") writes ", token,
+           ", which tokenizer ", tokenizer.name(), " has no added token for (one encode() finds whole in text): it "
+           "would be trained as plain text; use the tokenizer.json and tokenizer_config.json of the same model");
     if (const int byte = bpe.first_dropped_byte(format->default_system); byte >= 0)
       fail("prepare: the default system turn of the chat template of ", options.chat_template, " holds byte ",
            byte_hex(static_cast<uint8_t>(byte)), ", which the tokenizer drops (no token for it, no unk_token)");
@@ -1054,10 +1053,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
               record = nlohmann::json::parse(line);
             } catch (const nlohmann::json::exception& e) {
               problem = describe_parse_error(e);
-              if (const std::optional<std::string> nulled = python_json_values_as_null(line)) {
-                record = nlohmann::json::parse(*nulled, nullptr, /*allow_exceptions=*/false);
-                if (!record.is_discarded()) problem.clear(), ++report.python_values_as_null;
-              }
+              if (std::optional<nlohmann::json> python = parse_python_json_line(line))
+                record = std::move(*python), problem.clear(), ++report.python_values_as_null;
             }
           }
           if (!problem.empty()) {

@@ -130,19 +130,10 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
   } catch (const Error& e) {
     fail("generate --chat: ", e.what());
   }
-  if (!o.chat_date_string.empty()) {
-    if (!format.dated())
-      fail("generate: --chat-date-string is for templates that write a date (llama3.1); the chat template of ", dir,
-           " reads as ", format.name());
-    if (o.chat_date_string.find_first_of("\r\n") != std::string::npos)
-      fail("generate: --chat-date-string \"", o.chat_date_string, "\" holds a line break");
-    format.date_string = o.chat_date_string;
-  }
-  // As prepare checks them: a control token the tokenizer splits would be read as plain text.
-  for (const std::string& token : format.control_tokens())
-    if (const std::vector<int32_t> ids = bpe->encode(token); ids.size() != 1 || bpe->token_to_id(token) != ids[0])
-      fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
-           ", which the tokenizer does not read as one token");
+  if (!o.chat_date_string.empty()) data::pin_chat_date(&format, o.chat_date_string, "generate", dir);
+  if (const std::string token = data::first_split_control_token(format, *bpe); !token.empty())
+    fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
+         ", which the tokenizer does not read as one token");
   std::vector<data::ChatMessage> messages;
   if (o.system) messages.push_back({"system", *o.system, std::nullopt});
   messages.push_back({"user", o.prompt, std::nullopt});
