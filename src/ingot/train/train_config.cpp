@@ -25,9 +25,9 @@ namespace ingot {
 
 const std::vector<ConfigKeyInfo>& train_config_keys() {
   static const std::vector<ConfigKeyInfo> keys = {
-      {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors), a checkpoint, or a run's output_dir (its newest checkpoint)"},
-      {"model_config", "\"\"", "architecture for training from scratch: path to a config.json, or an inline mapping of its keys"},
-      {"train_data", "[]", "token shards: files, directories or globs (string or list)"},
+      {"model", "\"\"", "Hugging Face model directory to start from (config.json + safetensors), a checkpoint, or a run's output_dir (its newest checkpoint); exactly one of model and model_config is required"},
+      {"model_config", "\"\"", "architecture for training from scratch: path to a config.json, or an inline mapping of its keys; exactly one of model and model_config is required"},
+      {"train_data", "required", "token shards: files, directories or globs (string or list)"},
       {"val_fraction", "0.05", "share of sequences (packed and padded data: of documents) held out for validation, below 1"},
       {"sequence_len", "256", "tokens per training sequence (above the model's `max_position_embeddings` the run warns: RoPE reaches any position, but a pretrained model has not seen them)"},
       {"packing", "auto", "auto (packed for shards with a loss mask, else stream), stream, packed or padded"},
