@@ -1074,6 +1074,54 @@ TEST(DataPrepare, EarlierDatasetInTheInputIsSkipped) {
   EXPECT_EQ(r.num_tokens, 6);
 }
 
+// A file named on the command line was read whatever it held: a shard (even the dataset an
+// --overwrite replaced, whose tokens were then lost) or any binary file became a dataset of its
+// bytes. Now each is refused by name, and the old dataset stays as it was.
+TEST(DataPrepare, NamedShardsAndBinaryFilesAreRefused) {
+  const std::string dir = test::temp_dir("prepare_named_binary");
+  write_text(dir + "/a.txt", "hello");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/a.txt"};
+  o.output_dir = dir + "/data";
+  prepare_dataset(o, tok);
+  const std::string shard = dir + "/data/train-00000.bin";
+  const std::string before = test::read_file(shard);
+  o.inputs = {shard};
+  o.overwrite = true;
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: input " + shard + " is an Ingot token shard (it starts with \"INGOTTOK\"), not text"),
+            std::string::npos) << msg;
+  EXPECT_EQ(test::read_file(shard), before);
+  o.output_dir = dir + "/other";
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("is an Ingot token shard"), std::string::npos) << msg;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/other"));
+  // Any other file with a NUL byte, as a directory's binary files are skipped for it.
+  write_text(dir + "/tool", std::string("\x7f" "ELF\2\1\1\0\0", 9));
+  o.inputs = {dir + "/tool"};
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: input " + dir + "/tool holds a NUL byte at byte offset 7: a binary file, not text"),
+            std::string::npos) << msg;
+  // A text file of the dataset being replaced (its meta.json, named as text) is refused too: it
+  // would be read, then replaced by what it became.
+  o.inputs = {dir + "/data/meta.json"};
+  o.output_dir = dir + "/data";
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: input " + dir + "/data/meta.json is a file of the dataset in " + dir +
+                     "/data that this prepare would replace (--overwrite)"), std::string::npos) << msg;
+  EXPECT_EQ(test::read_file(shard), before);
+  // The file system's root, as `ingot train` refuses it for output_dir. (The input is empty, so a
+  // prepare that passed the check would still fail before writing a shard there.)
+  write_text(dir + "/empty.txt", "");
+  o.inputs = {dir + "/empty.txt"};
+  o.output_dir = "/";
+  o.overwrite = false;
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: output directory / is the file system's root; give the dataset a folder of its own"),
+            std::string::npos) << msg;
+}
+
 // A tokenizer file in the output directory that belongs to no dataset (a model's folder, say) is
 // never replaced by a different one; the same file is fine (prepare into the tokenizer's folder).
 TEST(DataPrepare, ForeignTokenizerFileInTheOutputIsKept) {

@@ -168,6 +168,13 @@ std::string read_file(const fs::path& path) {
   return std::move(s).str();
 }
 
+// Whether the file starts with a token shard's magic.
+bool starts_with_shard_magic(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[sizeof kShardMagic] = {};
+  return in.read(head, sizeof head) && std::memcmp(head, kShardMagic, sizeof head) == 0;
+}
+
 // Whether the file's first 64 KiB hold a NUL byte: binary, such as a token shard, never JSON Lines.
 bool starts_binary(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -414,9 +421,12 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files_to_copy(const Prep
 // Returns the outermost directory it created (empty if the output directory existed).
 void tidy_killed_staging(const fs::path& out, std::ostream* log);
 
-fs::path check_output(const PrepareOptions& options) {
+fs::path check_output(const PrepareOptions& options, const std::vector<InputFile>& inputs) {
   const fs::path dir(options.output_dir);
   std::error_code ec;
+  // As `ingot train` refuses it: the shards and meta.json would mix with the whole file system.
+  if (const fs::path out = fs::weakly_canonical(fs::absolute(dir, ec), ec); !ec && out == out.root_path())
+    fail("prepare: output directory ", dir.string(), " is the file system's root; give the dataset a folder of its own");
   fs::path outermost_new;
   for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
     outermost_new = p;
@@ -439,6 +449,12 @@ fs::path check_output(const PrepareOptions& options) {
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", counted(int64_t(old.size()), "dataset file"),
               "); choose another directory or set overwrite (--overwrite)");
+  // An input among the files --overwrite replaces would be read, then replaced by what it became.
+  for (const fs::path& file : old)
+    for (const InputFile& input : inputs)
+      if (fs::equivalent(file, input.path, ec))
+        fail("prepare: input ", input.path.string(), " is a file of the dataset in ", dir.string(),
+             " that this prepare would replace (--overwrite); write the new dataset to another directory");
   // A tokenizer file that belongs to no dataset (the folder of a model, say) is the user's own:
   // never replaced by another (an identical one stays as it is: see kept_tokenizer_files).
   const std::set<std::string> ours = dataset_tokenizer_files(dir);
@@ -953,6 +969,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   std::vector<std::string> repeated_inputs;
   std::vector<InputFile> files = collect_inputs(options, &repeated_inputs);
   for (InputFile& f : files) {
+    // A file named on the command line is read whatever it holds, so a shard named there (an
+    // --overwrite of its own dataset, say) became a dataset of its bytes.
+    if (!f.from_directory && starts_with_shard_magic(f.path))
+      fail("prepare: input ", f.path.string(), " is an Ingot token shard (it starts with \"INGOTTOK\"), not text: "
+           "prepare the text it was made from, or give the shard to training as it is (train_data)");
     const bool named_json_lines = is_jsonl(f.path);
     f.json_lines = named_json_lines || (!chat && json_file_of_json_lines(f.path, options.text_field));
     if (f.json_lines && !named_json_lines && options.log)
@@ -977,7 +998,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
            files.front().path.string(), files.size() > 1 ? " and others" : "",
            "), where each line is a document; leave it out");
   }
-  const CreatedOutputDir created_output{options.output_dir, check_output(options)};
+  const CreatedOutputDir created_output{options.output_dir, check_output(options, files)};
   StagingDir staging(options.output_dir);
   PrepareOptions staged = options;  // every file is written into the staging folder
   staged.output_dir = staging.path.string();
@@ -1117,7 +1138,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       // A UTF-8 byte-order mark marks the encoding, not text: it would start the first document,
       // and hide a separator on the first line.
       if (content.starts_with("\xEF\xBB\xBF")) content.erase(0, 3);
-      if (input.from_directory && content.find('\0') != std::string::npos) {
+      if (const size_t nul = content.find('\0'); nul != std::string::npos) {
+        // A directory's binary files (fortune's .dat indexes) are passed over; one named on the
+        // command line was asked for, and is not text (the byte tokenizer would take any bytes).
+        if (!input.from_directory)
+          fail("prepare: input ", name, " holds a NUL byte at byte offset ", nul, ": a binary file, not text");
         if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
         progress.advance(static_cast<int64_t>(content.size()));
         continue;
