@@ -292,6 +292,25 @@ TEST_F(Training, BenchRefusesBf16FlagsOnTheCpuNamingTheDevice) {
   // --no-master-weights too (it was silently ignored on the CPU).
   EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --no-master-weights", &out));
   EXPECT_NE(out.find("--no-master-weights belong to the bf16 recipe"), std::string::npos) << out;
+  // --no-cuda-graph too (it was silently ignored on the CPU).
+  EXPECT_EQ(2, run_command(cli() + " bench --model qwen2.5-0.5b --device cpu --seq 16 --micro-batch 1 --no-cuda-graph", &out));
+  EXPECT_NE(out.find("--no-cuda-graph turns off the CUDA graph replay"), std::string::npos) << out;
+}
+
+// A --model path that is missing or a file was taken for a preset name ("unknown bench model"),
+// which never said what was wrong with the path. A name with no '/' that names nothing is a preset.
+TEST_F(Training, BenchNamesWhatIsWrongWithAModelPath) {
+  std::string out;
+  const std::string bench = " --device cpu --seq 16 --micro-batch 1 --steps 1 --warmup 0";
+  EXPECT_EQ(1, run_command(cli() + " bench --model " + root + "/nowhere" + bench, &out));
+  EXPECT_NE(out.find("error: no such model or checkpoint: " + root + "/nowhere\n"), std::string::npos) << out;
+  write_file(root + "/config.json", "{}");
+  EXPECT_EQ(1, run_command(cli() + " bench --model " + root + "/config.json" + bench, &out));
+  EXPECT_NE(out.find("error: " + root + "/config.json is a file; give the directory that holds config.json"),
+            std::string::npos) << out;
+  EXPECT_EQ(1, run_command(cli() + " bench --model llama-3.2-1B" + bench, &out));
+  EXPECT_NE(out.find("error: unknown bench model \"llama-3.2-1B\": give a model, checkpoint or run directory, or one "
+                     "of llama-3.2-1b,"), std::string::npos) << out;
 }
 
 // A device that cannot be had names where it was asked for: the --set, else the config file (the
@@ -332,6 +351,16 @@ TEST_F(Training, BenchPacksRowsWhenAsked) {
   // --seq 64 is past the config's 32 positions: timed all the same, with a warning (as `ingot train` gives).
   EXPECT_NE(text.find("warning: --seq 64 is above max_position_embeddings 32 of " + root + "/tiny"), std::string::npos)
       << text;
+  // --json prints one JSON line on standard output, whatever else is said: that warning and
+  // --profile's breakdown go to standard error (they came first on standard output).
+  std::string json_only;
+  ASSERT_EQ(0, run_command("(" + bench + " --json --profile 2>" + root + "/bench.err)", &json_only)) << json_only;
+  EXPECT_EQ(std::count(json_only.begin(), json_only.end(), '\n'), 1) << json_only;
+  EXPECT_TRUE(json_only.starts_with("{") && json_only.ends_with("}\n")) << json_only;
+  EXPECT_NE(json_only.find("\"system\":\"ingot\""), std::string::npos) << json_only;
+  const std::string err = read_file(root + "/bench.err");
+  EXPECT_NE(err.find("warning: --seq 64 is above"), std::string::npos) << err;
+  EXPECT_NE(err.find("step breakdown"), std::string::npos) << err;
   // A run's output_dir, as generate, info and export take it (its newest checkpoint's config).
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "", &out)) << out;
   EXPECT_EQ(0, run_command(cli() + " bench --model " + root + "/run --device cpu --seq 16 --micro-batch 1 --steps 1 --warmup 0",
@@ -1366,6 +1395,14 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   }
   EXPECT_TRUE(fs::exists(ckpt + "/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(ckpt + "/trainer_state.json"));
+  // Nor into the file system's root, which `--overwrite` wrote into. (From a copy with damaged
+  // weights, so that an export that passed the check would still fail before writing there.)
+  fs::create_directories(root + "/damaged");
+  for (const char* name : {"config.json", "model.safetensors"}) fs::copy_file(ckpt + "/" + name, root + "/damaged/" + name);
+  fs::resize_file(root + "/damaged/model.safetensors", 100);
+  EXPECT_EQ(1, run_command(cli() + " export " + root + "/damaged / --overwrite", &out));
+  EXPECT_NE(out.find("error: export: output / is the file system's root; give the model a folder of its own"),
+            std::string::npos) << out;
   // A folder of the user's under the name of a file the export writes: --overwrite deleted it.
   fs::create_directories(root + "/exported/model.safetensors/notes");
   write_file(root + "/exported/model.safetensors/notes/keep.txt", "mine");

@@ -347,6 +347,9 @@ int command_export(const std::string& source, const std::string& out_dir, const 
 void export_model(const std::string& source, const std::string& out_dir, const std::string& dtype_name,
                   const std::string& max_shard, bool overwrite) {
   INGOT_CHECK(!out_dir.empty(), "export: the output directory must not be empty");
+  // As `ingot train` and `prepare` refuse it: with --overwrite the model's files went into /.
+  if (std::error_code ec; fs::weakly_canonical(fs::absolute(out_dir, ec), ec) == fs::path("/") && !ec)
+    fail("export: output ", out_dir, " is the file system's root; give the model a folder of its own");
   const std::string dir = resolve_model_dir(source);
   const ModelConfig config = load_model_config(dir);
   const DType dtype = io::parse_disk_dtype(dtype_name);
@@ -695,7 +698,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-cuda-graph", bench_no_cuda_graph, "launch every op of every step (no graph replay)");
   bench->add_option("--recompute", bench_options.recompute, "none | elementwise | block (default none)")
       ->check(one_of({"none", "elementwise", "block"}));
-  bench->add_flag("--json", bench_options.json, "print one JSON line");
+  bench->add_flag("--json", bench_options.json, "print one JSON line (notes and --profile's breakdown go to standard error)");
   bench->add_flag("--profile", bench_options.profile, "then time every op of one step: the step breakdown");
   bench->add_option("--packed-doc-len", bench_options.packed_doc_len,
                     "pack each row with documents of mean length N (segment ids, as SFT data trains); 0: whole rows")
@@ -783,7 +786,7 @@ int main(int argc, char** argv) {
       return stdout_written("info");
     }
     if (*bench) {
-      run_bench(bench_options, std::cout);
+      run_bench(bench_options, std::cout, bench_options.json ? std::cerr : std::cout);
       return stdout_written("bench");
     }
   } catch (const UsageError& e) {

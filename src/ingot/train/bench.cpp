@@ -65,7 +65,7 @@ double flops_per_token(const ModelConfig& c, int64_t seq) {
   return flops_per_token_attending(c, static_cast<double>(seq) / 2);
 }
 
-BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
+BenchResult run_bench(const BenchOptions& o, std::ostream& out, std::ostream& log) {
   INGOT_CHECK(o.steps >= 1 && o.steps <= kMaxBenchSteps, "ingot bench: --steps must lie in [1, ", kMaxBenchSteps, "], got ", o.steps);
   INGOT_CHECK(o.logits_chunk_tokens >= 0, "ingot bench: --logits-chunk-tokens must be 0 (automatic) or more, got ",
               o.logits_chunk_tokens);
@@ -82,8 +82,12 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
                         o.packed_doc_len);
   // A directory: a model, a checkpoint or a run's output_dir (its newest checkpoint), as generate,
   // info and export take it. Only its config is used.
-  ModelConfig config = std::filesystem::is_directory(o.model) ? load_model_config(resolve_model_dir(o.model))
-                                                               : bench_preset(o.model);
+  // A name that exists on disk or holds a '/' is a path (a file, a missing folder: say so, as info
+  // does); any other is a preset.
+  std::error_code ec;
+  const bool is_path = std::filesystem::exists(std::filesystem::symlink_status(o.model, ec)) ||
+                       o.model.find('/') != std::string::npos;
+  ModelConfig config = is_path ? load_model_config(resolve_model_dir(o.model)) : bench_preset(o.model);
   // As in `ingot train`: RoPE reaches any position, so the timing holds; a pretrained model's quality would not.
   if (o.seq > config.max_position_embeddings)
     log << "warning: --seq " << o.seq << " is above max_position_embeddings " << config.max_position_embeddings
@@ -97,6 +101,9 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     fail_as<UsageError>("ingot bench: --grad-dtype / --optimizer-state-dtype bf16, --stochastic-rounding and "
                         "--no-master-weights belong to the bf16 recipe, which runs on CUDA (--device cuda); the CPU "
                         "benches fp32");
+  if (ctx.device != Device::cuda && !o.cuda_graph)
+    fail_as<UsageError>("ingot bench: --no-cuda-graph turns off the CUDA graph replay of the step, which the CPU "
+                        "does not have (--device cuda)");
   const Recipe recipe = make_recipe(ctx.device == Device::cuda ? "bf16" : "fp32", ctx.device, o.recipe);
   INGOT_CHECK(!recipe.stochastic_rounding || rounds_stochastically(recipe),
               "ingot bench: --stochastic-rounding rounds the bf16 stores of the update, and with master weights and f32 "
@@ -229,12 +236,12 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
 #ifdef INGOT_HAVE_CUDA
     if (ctx.device == Device::cuda) j["libraries"] = cuda::library_versions();
 #endif
-    log << io::dump_json(j) << std::endl;  // --model may name a folder in Latin-1
+    out << io::dump_json(j) << std::endl;  // --model may name a folder in Latin-1
   } else {
-    log << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
+    out << "model " << o.model << " (" << count_parameters(config) << " parameters), seq " << T << " x micro-batch " << B
         << ", " << device.description() << ", precision " << describe(recipe) << "\n";
     if (packed)
-      log << "packed rows: document lengths drawn with mean " << o.packed_doc_len
+      out << "packed rows: document lengths drawn with mean " << o.packed_doc_len
           << ", the last of a row cut at its end (each token attends to "
           << attending_pairs / static_cast<double>(B * T) << " keys on average; FLOPs are counted over those pairs)\n";
     // MFU as DESIGN.md defines it: against the dense bf16 peak of an H100/H200 SXM, which says
@@ -242,10 +249,10 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& log) {
     // Three significant digits at least: a slow model's 0.5 tokens/s printed as 0.
     char rate[32];
     std::snprintf(rate, sizeof rate, r.tokens_per_s >= 100 ? "%.0f" : "%.3g", r.tokens_per_s);
-    log << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
+    out << "median of " << step_ms.size() << " steps after " << o.warmup << " warm-up: step " << r.step_ms << " ms | "
         << rate << " tokens/s | ";
-    if (ctx.device == Device::cuda) log << "MFU " << 100.0 * r.mfu << "% | ";
-    log << "memory " << format_bytes(static_cast<int64_t>(r.peak_gib * 1073741824.0)) << " (planned "
+    if (ctx.device == Device::cuda) out << "MFU " << 100.0 * r.mfu << "% | ";
+    out << "memory " << format_bytes(static_cast<int64_t>(r.peak_gib * 1073741824.0)) << " (planned "
         << format_bytes(memory.total()) << ")\n";
   }
   return r;

@@ -42,6 +42,8 @@ double flops_per_token(const ModelConfig& config, int64_t seq);
 // to ((S + 1) / 2 for whole causal rows: the line above within one key a token).
 double flops_per_token_attending(const ModelConfig& config, double mean_keys);
 
-BenchResult run_bench(const BenchOptions& options, std::ostream& log);
+// The result (a table, or with --json one JSON line) goes to `out`; notes, warnings and the
+// --profile breakdown go to `log`, so that --json output stays one parseable line.
+BenchResult run_bench(const BenchOptions& options, std::ostream& out, std::ostream& log);
 
 }  // namespace ingot
