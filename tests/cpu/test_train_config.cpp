@@ -140,6 +140,12 @@ TEST(TrainConfig, ErrorsNameKeyAndValue) {
   EXPECT_NE(message(std::string(kMinimal), {"seed=0x10"}).find("--set seed=0x10: key \"seed\": 0x10 is not a plain decimal"),
             std::string::npos);
   EXPECT_EQ(message(std::string(kMinimal) + "max_steps: 10\nseed: 0\nwarmup_steps: -0\n"), "no error");
+  // A key with no value, or null, says so (`--set learning_rate=` reported the value "").
+  for (const auto& [yaml, set] : std::vector<std::pair<std::string, std::string>>{
+           {"learning_rate:\n", ""}, {"learning_rate: null\n", ""}, {"", "learning_rate="}, {"", "learning_rate=~"}}) {
+    const std::string got = set.empty() ? message(std::string(kMinimal) + yaml) : message(kMinimal, {set});
+    EXPECT_NE(got.find("key \"learning_rate\" must be a number, got no value (null)"), std::string::npos) << got;
+  }
   // Keys of Hugging Face's TrainingArguments get Ingot's name for them, not a far-off suggestion.
   EXPECT_NE(message(std::string(kMinimal) + "num_train_epochs: 3\n").find("unknown key \"num_train_epochs\"; Ingot counts steps: set max_steps"),
             std::string::npos);

@@ -198,11 +198,16 @@ struct Setter {
 
 template <typename T>
 T scalar_as(const YAML::Node& node, const std::string& key, const std::string& source, const char* type_name) {
+  // `key:` with nothing after it, or null (`--set key=` and `--set key=~` arrive as "", which
+  // clears a path): it was reported as the value "".
+  if (node.IsNull()) fail(source, ": key \"", key, "\" must be ", type_name, ", got no value (null)");
   if (!node.IsScalar()) fail(source, ": key \"", key, "\" must be ", type_name);
   // A quoted or !!str scalar is a string, as in an inline model_config: "2" is not a number.
-  if constexpr (!std::is_same_v<T, std::string>)
+  if constexpr (!std::is_same_v<T, std::string>) {
     if (node.Tag() == "!" || node.Tag() == kCoreTag + "str")
       fail(source, ": key \"", key, "\" must be ", type_name, ", got the string \"", node.Scalar(), "\"");
+    if (node.Scalar().empty()) fail(source, ": key \"", key, "\" must be ", type_name, ", got no value (null)");
+  }
   // Any other explicit tag must be the key's own YAML type (an integer may stand for a real):
   // !foo was ignored, and !!float 3 read as the integer 3.
   const std::string& tag = node.Tag();
