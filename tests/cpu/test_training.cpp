@@ -2405,6 +2405,28 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
   EXPECT_NE(0, run_command(cli() + " generate " + root + "/run --chat --tokenizer byte --prompt x", &out));
   EXPECT_NE(out.find("generate --chat: the chat template's tokens need the model's tokenizer.json"), std::string::npos)
       << out;
+  // A byte the tokenizer cannot read is blamed on the flag that holds it, at its offset there (the
+  // rendered conversation's offset, and --prompt, were named for a byte of --system).
+  for (const auto& [flags, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--system $'ok\\xff' --prompt x", "--system: invalid UTF-8 at byte 2"},
+           {"--prompt $'abc\\xfe'", "--prompt: invalid UTF-8 at byte 3"}}) {
+    EXPECT_EQ(1, run_command("bash -c \"" + cli() + " generate " + root + "/run --chat " + flags + "\"", &out)) << flags;
+    EXPECT_NE(out.find("error: generate: " + said + " (the tokenizer reads UTF-8 text)\n"), std::string::npos) << out;
+  }
+  // An empty --tokenizer (an unset shell variable) read as "none given"; prepare's as bytes.
+  EXPECT_EQ(2, run_command(cli() + " generate " + root + "/run --tokenizer '' --prompt x", &out));
+  EXPECT_NE(out.find("generate: --tokenizer is empty"), std::string::npos) << out;
+  EXPECT_EQ(2, run_command(cli() + " prepare " + root + "/chats.jsonl --tokenizer '' -o " + root + "/none", &out));
+  EXPECT_NE(out.find("prepare: --tokenizer is empty"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(root + "/none"));
+  // Stop ids past every id the tokenizer has are never sampled: said, since the text then runs on.
+  write_file(root + "/run/checkpoint-2/generation_config.json", R"({"eos_token_id": 300})");
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --tokenizer byte --prompt x --max-new-tokens 2", &out)) << out;
+  EXPECT_NE(out.find("warning: no stop id of " + root + "/run/checkpoint-2 (300) is among the 257 ids of the tokenizer"),
+            std::string::npos) << out;
+  write_file(root + "/run/checkpoint-2/generation_config.json", R"({"eos_token_id": [300, 256]})");
+  ASSERT_EQ(0, run_command(cli() + " generate " + root + "/run --tokenizer byte --prompt x --max-new-tokens 2", &out)) << out;
+  EXPECT_EQ(out.find("warning: no stop id"), std::string::npos) << out;
 }
 
 // The reply ends at the format's end of turn even where the model's stop ids do not hold it (a base

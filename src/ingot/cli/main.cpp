@@ -606,7 +606,8 @@ int main(int argc, char** argv) {
   auto* generate = app.add_subcommand("generate", "sample text from a model or checkpoint");
   GenerateOptions gen;
   generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
-  generate->add_option("--prompt", gen.prompt, "text to continue (with --chat: the user's message)");
+  generate->add_option("--prompt", gen.prompt, "text to continue (with --chat: the user's message); empty (the default): "
+                                               "start from the tokenizer's special prefix, or its end-of-text token where it has none");
   generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")
       ->check(kInteger)->check(at_least(0));
   generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")
@@ -755,6 +756,9 @@ int main(int argc, char** argv) {
     }
     if (*prepare) {
       check_prepare_flags(*prepare, prep_format);
+      // An empty value (an unset shell variable, say) read as the byte tokenizer, quietly.
+      if (prepare->count("--tokenizer") > 0 && tokenizer_path.empty())
+        usage_error("prepare: --tokenizer is empty; give a tokenizer.json, the folder holding it, or byte");
       if (prepare->count("--eos-token") > 0 && tokenizer_path == "byte")
         usage_error("prepare: --eos-token names a token of a tokenizer.json tokenizer; the byte tokenizer ends each "
                     "document with its own end-of-text id 256: leave it out");
@@ -763,6 +767,9 @@ int main(int argc, char** argv) {
     if (*generate) {
       for (const char* flag : {"--chat-format", "--system", "--chat-date-string"})
         if (generate->count(flag) > 0 && !gen.chat) usage_error("generate: ", flag, " applies with --chat, which is not given");
+      if (generate->count("--tokenizer") > 0 && gen.tokenizer.empty())
+        usage_error("generate: --tokenizer is empty; give a tokenizer.json, the folder holding it, or byte (or leave it "
+                    "out for the model's own)");
       if (generate->count("--chat-date-string") > 0 && gen.chat_date_string.empty())
         usage_error("generate: --chat-date-string is empty; give the date the system turn shows or leave it out");
       if (gen.chat && generate->count("--no-special-tokens") > 0)

@@ -18,6 +18,7 @@
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/byte_tokenizer.h"
 #include "ingot/data/chat_format.h"
+#include "ingot/data/unicode_nfc.h"
 #include "ingot/io/hf_model.h"
 #include "ingot/io/json_util.h"
 #include "ingot/model/parameters.h"
@@ -130,6 +131,13 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
   } catch (const Error& e) {
     fail("generate --chat: ", e.what());
   }
+  // The tokenizer reads the rendered conversation, so its complaint about a byte gave an offset
+  // there and blamed --prompt for a byte of --system or --chat-date-string.
+  const std::pair<const char*, const std::string*> texts[] = {
+      {"--prompt", &o.prompt}, {"--system", o.system ? &*o.system : nullptr}, {"--chat-date-string", &o.chat_date_string}};
+  for (const auto& [flag, text] : texts)
+    if (const size_t bad = text ? data::utf8_find_invalid(*text) : std::string::npos; bad != std::string::npos)
+      fail("generate: ", flag, ": invalid UTF-8 at byte ", bad, " (the tokenizer reads UTF-8 text)");
   if (!o.chat_date_string.empty()) data::pin_chat_date(&format, o.chat_date_string, "generate", dir);
   if (const std::string token = data::first_split_control_token(format, *bpe); !token.empty())
     fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
@@ -237,6 +245,15 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
   std::vector<int64_t> stops = generation_stop_ids(dir, config);
   if (end_of_turn >= 0) stops.push_back(end_of_turn);
+  // Only the tokenizer's ids are sampled (below): stop ids past them all would never end the text,
+  // as with a model whose tokenizer.json was not copied along (bytes, 257 ids, read instead).
+  if (o.max_new_tokens > 0 && !stops.empty() &&
+      std::all_of(stops.begin(), stops.end(), [&](int64_t id) { return id >= tokenizer->vocab_size(); })) {
+    std::cerr << "warning: no stop id of " << dir << " (";
+    for (size_t i = 0; i < stops.size(); ++i) std::cerr << (i ? ", " : "") << stops[i];
+    std::cerr << ") is among the " << tokenizer->vocab_size() << " ids of the tokenizer, which generate samples "
+              << "from: the text runs to --max-new-tokens; give the model's own tokenizer with --tokenizer\n";
+  }
 
   SplitMixRng rng(o.seed);
   // A plain prompt is continued, so the text starts with it; a chat reply stands alone.
