@@ -858,14 +858,19 @@ TEST_F(Training, ResumeRefusesAnotherArchitecture) {
                      "/run/checkpoint-2/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
   EXPECT_FALSE(fs::exists(root + "/run/checkpoint-3"));
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 3, 0), "run", "--resume", &out)) << out;
-  // A change of shape is named the same way (the first key that differs, in name order: hidden_size
-  // changes head_dim too). It failed as the weights loaded: a shape mismatch in model.safetensors
-  // that told the user to move the newest checkpoint out.
+  // A change of shape is named the same way. It failed as the weights loaded: a shape mismatch in
+  // model.safetensors that told the user to move the newest checkpoint out. The key named is the
+  // one changed, not the head_dim that follows from it (which came first in name order).
   std::string wider = tiny_config(data, root + "/run", 4, 0);
   wider.replace(wider.find("hidden_size: 32"), 15, "hidden_size: 64");
   EXPECT_NE(0, train(wider, "wider", "--resume", &out));
-  EXPECT_NE(out.find("wider.yaml: --resume: head_dim is 16 in this run's model but 8 in " + root +
+  EXPECT_NE(out.find("wider.yaml: --resume: hidden_size is 64 in this run's model but 32 in " + root +
                      "/run/checkpoint-3/config.json; a resumed run keeps its architecture"), std::string::npos) << out;
+  // head_dim alone (given in the config, hidden_size kept) is still named.
+  std::string heads = tiny_config(data, root + "/run", 4, 0);
+  heads.replace(heads.find("  vocab_size"), 0, "  head_dim: 16\n");
+  EXPECT_NE(0, train(heads, "heads", "--resume", &out));
+  EXPECT_NE(out.find("heads.yaml: --resume: head_dim is 16 in this run's model but 8 in "), std::string::npos) << out;
   EXPECT_EQ(out.find("to resume from the checkpoint before it"), std::string::npos) << out;
 }
 

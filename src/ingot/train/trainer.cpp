@@ -487,17 +487,20 @@ void check_same_architecture(const std::string& checkpoint, const ModelConfig& s
                              const TrainConfig& c) {
   const nlohmann::json saved = nlohmann::json::parse(model_config_to_json(saved_config));
   const nlohmann::json current = nlohmann::json::parse(model_config_to_json(now));
-  for (const auto& [key, value] : saved.items()) {
-    // pad_token_id too: checkpoints written before it was read (2026-12-02) hold none.
-    if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "pad_token_id" ||
-        key == "torch_dtype")
-      continue;
-    const nlohmann::json other = current.value(key, nlohmann::json());
-    if (value != other)
-      fail(c.source_of({"model", "model_config"}), ": --resume: ", key, " is ", other.dump(), " in this run's model but ",
-           value.dump(), " in ", (fs::path(checkpoint) / "config.json").string(),
-           "; a resumed run keeps its architecture (to change it, start a new run with model: ", checkpoint, ")");
-  }
+  // head_dim last: it follows from hidden_size / num_attention_heads where the config gives none, so
+  // a changed hidden_size was reported as a changed head_dim (keys come in alphabetical order).
+  for (const bool derived : {false, true})
+    for (const auto& [key, value] : saved.items()) {
+      // pad_token_id too: checkpoints written before it was read (2026-12-02) hold none.
+      if (key == "initializer_range" || key == "bos_token_id" || key == "eos_token_id" || key == "pad_token_id" ||
+          key == "torch_dtype" || (key == "head_dim") != derived)
+        continue;
+      const nlohmann::json other = current.value(key, nlohmann::json());
+      if (value != other)
+        fail(c.source_of({"model", "model_config"}), ": --resume: ", key, " is ", other.dump(), " in this run's model but ",
+             value.dump(), " in ", (fs::path(checkpoint) / "config.json").string(),
+             "; a resumed run keeps its architecture (to change it, start a new run with model: ", checkpoint, ")");
+    }
 }
 
 // The settings trainer_state.json records that a resume compares with the config
