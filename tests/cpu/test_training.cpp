@@ -1913,6 +1913,12 @@ TEST_F(Training, ExportGenerateAndInfo) {
   EXPECT_EQ(out, again);  // a checkpoint and its export sample the same text
   ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 16 --micro-batch 2", &out)) << out;
   EXPECT_NE(out.find("parameters:"), std::string::npos) << out;
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
+  // Past the model's 64 positions a --seq is warned of, as train and bench warn (not the default 2048).
+  ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf --seq 65", &out)) << out;
+  EXPECT_NE(out.find("warning: --seq 65 is above max_position_embeddings 64 of " + root + "/hf"), std::string::npos) << out;
+  ASSERT_EQ(0, run_command(cli() + " info " + root + "/hf", &out)) << out;
+  EXPECT_EQ(out.find("warning"), std::string::npos) << out;
   EXPECT_NE(out.find("activations"), std::string::npos) << out;
   EXPECT_NE(out.find("scratch"), std::string::npos) << out;
   // The bf16 recipe's options change the plan (a CUDA plan, computed without a GPU).

@@ -149,8 +149,8 @@ int command_train(const std::string& config_path, const std::vector<std::string>
   return 0;
 }
 
-void command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch, const std::string& precision,
-                  const RecipeOptions& recipe_options, const std::string& recompute) {
+void command_info(const std::string& model_dir, int64_t seq, bool seq_given, int64_t micro_batch,
+                  const std::string& precision, const RecipeOptions& recipe_options, const std::string& recompute) {
   INGOT_CHECK(seq >= 1 && micro_batch >= 1, "info: --seq and --micro-batch must be positive, got ", seq, " and ",
               micro_batch);
   if (seq > kMaxTokensPerStep || micro_batch > kMaxTokensPerStep / seq)
@@ -161,6 +161,11 @@ void command_info(const std::string& model_dir, int64_t seq, int64_t micro_batch
   const Device device = precision == "bf16" ? Device::cuda : Device::cpu;
   const Recipe recipe = make_recipe(precision, device, recipe_options);
   const TrainingMemory m = estimate_training_memory(c, recipe, device, micro_batch, seq, 0, parse_recompute(recompute));
+  // As train and bench warn: the estimate holds, a pretrained model's quality there would not.
+  // (Not for the default --seq, which no one asked of this model.)
+  if (seq_given && seq > c.max_position_embeddings)
+    std::cerr << "warning: --seq " << seq << " is above max_position_embeddings " << c.max_position_embeddings << " of "
+              << dir << ": a pretrained model has not seen those positions\n";
   std::cout << "model:            " << dir << "\n"
             << "architecture:     " << c.model_type << " (" << c.num_hidden_layers << " layers, hidden " << c.hidden_size
             << ", MLP " << c.intermediate_size << ", heads " << c.num_attention_heads << "/" << c.num_key_value_heads
@@ -789,7 +794,7 @@ int main(int argc, char** argv) {
         usage_error("info: ", flag, " applies to --precision bf16 (the CUDA recipe), not to --precision ", info_precision,
                     "; leave it out");
       }
-      command_info(info_dir, info_seq, info_batch, info_precision, info_recipe, info_recompute);
+      command_info(info_dir, info_seq, info->count("--seq") > 0, info_batch, info_precision, info_recipe, info_recompute);
       return stdout_written("info");
     }
     if (*bench) {
