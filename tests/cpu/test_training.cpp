@@ -308,6 +308,11 @@ TEST_F(Training, BenchNamesWhatIsWrongWithAModelPath) {
   EXPECT_EQ(1, run_command(cli() + " bench --model " + root + "/config.json" + bench, &out));
   EXPECT_NE(out.find("error: " + root + "/config.json is a file; give the directory that holds config.json"),
             std::string::npos) << out;
+  // A file named like a preset (as a shell redirect creates one) does not hide the preset: this run
+  // gets as far as the CPU's refusal of --no-cuda-graph, after the model is read.
+  write_file(root + "/qwen2.5-0.5b", "");
+  EXPECT_EQ(2, run_command("cd " + root + " && " + cli() + " bench --model qwen2.5-0.5b --no-cuda-graph" + bench, &out));
+  EXPECT_NE(out.find("--no-cuda-graph turns off the CUDA graph replay"), std::string::npos) << out;
   EXPECT_EQ(1, run_command(cli() + " bench --model llama-3.2-1B" + bench, &out));
   EXPECT_NE(out.find("error: unknown bench model \"llama-3.2-1B\": give a model, checkpoint or run directory, or one "
                      "of llama-3.2-1b,"), std::string::npos) << out;
@@ -2419,9 +2424,10 @@ TEST_F(Training, GenerateChatRendersTheUserTurnWithTheTemplate) {
   // A byte the tokenizer cannot read is blamed on the flag that holds it, at its offset there (the
   // rendered conversation's offset, and --prompt, were named for a byte of --system).
   for (const auto& [flags, said] : std::vector<std::pair<std::string, std::string>>{
-           {"--system $'ok\\xff' --prompt x", "--system: invalid UTF-8 at byte 2"},
-           {"--prompt $'abc\\xfe'", "--prompt: invalid UTF-8 at byte 3"}}) {
-    EXPECT_EQ(1, run_command("bash -c \"" + cli() + " generate " + root + "/run --chat " + flags + "\"", &out)) << flags;
+           {"--chat --system $'ok\\xff' --prompt x", "--system: invalid UTF-8 at byte 2"},
+           {"--chat --prompt $'abc\\xfe'", "--prompt: invalid UTF-8 at byte 3"},
+           {"--prompt $'abc\\xfe'", "--prompt: invalid UTF-8 at byte 3"}}) {  // and without --chat, the same words
+    EXPECT_EQ(1, run_command("bash -c \"" + cli() + " generate " + root + "/run " + flags + "\"", &out)) << flags;
     EXPECT_NE(out.find("error: generate: " + said + " (the tokenizer reads UTF-8 text)\n"), std::string::npos) << out;
   }
   // An empty --tokenizer (an unset shell variable) read as "none given"; prepare's as bytes.
@@ -2530,7 +2536,7 @@ TEST_F(Training, GenerateWarnsOfBytesForAModelOfAnotherVocabulary) {
   EXPECT_EQ(read_file(root + "/hf/tokenizer.json"), tokenizer);
   // A BPE tokenizer reads UTF-8 only: a prompt that is not is named as the prompt.
   EXPECT_NE(0, run_command(cli() + " generate " + root + "/hf --prompt \"$(printf 'ab\\377')\" --max-new-tokens 2", &out));
-  EXPECT_NE(out.find("generate: --prompt: tokenizer: invalid UTF-8 at byte 2 of the input text"), std::string::npos) << out;
+  EXPECT_NE(out.find("generate: --prompt: invalid UTF-8 at byte 2 (the tokenizer reads UTF-8 text)"), std::string::npos) << out;
   fs::remove(root + "/hf/tokenizer.json");  // the weights copied without it
   ASSERT_EQ(0, run_command(cli() + " generate " + root + "/hf --prompt the --max-new-tokens 2", &out)) << out;
   EXPECT_NE(out.find("warning: " + root + "/hf has no tokenizer.json, so text is read and written as bytes "

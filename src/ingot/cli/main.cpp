@@ -22,6 +22,7 @@
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/broken_link.h"
 #include "ingot/core/error.h"
+#include "ingot/core/paths.h"
 #include "ingot/core/text.h"
 #include "ingot/core/process.h"
 #include "ingot/data/bpe_tokenizer.h"
@@ -353,7 +354,7 @@ void export_model(const std::string& source, const std::string& out_dir, const s
                   const std::string& max_shard, bool overwrite) {
   INGOT_CHECK(!out_dir.empty(), "export: the output directory must not be empty");
   // As `ingot train` and `prepare` refuse it: with --overwrite the model's files went into /.
-  if (std::error_code ec; fs::weakly_canonical(fs::absolute(out_dir, ec), ec) == fs::path("/") && !ec)
+  if (is_filesystem_root(out_dir))
     fail("export: output ", out_dir, " is the file system's root; give the model a folder of its own");
   const std::string dir = resolve_model_dir(source);
   const ModelConfig config = load_model_config(dir);
@@ -612,7 +613,8 @@ int main(int argc, char** argv) {
   GenerateOptions gen;
   generate->add_option("model", gen.model_dir, "model or checkpoint directory, or a run's output_dir")->required();
   generate->add_option("--prompt", gen.prompt, "text to continue (with --chat: the user's message); empty (the default): "
-                                               "start from the tokenizer's special prefix, or its end-of-text token where it has none");
+                                               "the sample starts from the tokenizer's special prefix alone, or its end-of-text "
+                                               "token where there is none (id 0 without either); with --chat, an empty user turn");
   generate->add_option("--max-new-tokens", gen.max_new_tokens, "tokens to sample (default 200)")
       ->check(kInteger)->check(at_least(0));
   generate->add_option("--temperature", gen.temperature, "softmax temperature; 0 is greedy (default 0.8)")

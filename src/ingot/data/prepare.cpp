@@ -1,5 +1,6 @@
 #include "ingot/data/prepare.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "ingot/core/broken_link.h"
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/core/paths.h"
 #include "ingot/core/process.h"
 #include "ingot/core/stop_signals.h"
 #include "ingot/core/text.h"
@@ -168,11 +170,16 @@ std::string read_file(const fs::path& path) {
   return std::move(s).str();
 }
 
-// Whether the file starts with a token shard's magic.
-bool starts_with_shard_magic(const fs::path& path) {
+// Whether the file starts as a token shard does: the magic, then version 1 and a token width of 2
+// or 4 as little-endian u32s (binary, so a text that happens to start with "INGOTTOK" is not one).
+bool starts_like_shard(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
-  char head[sizeof kShardMagic] = {};
-  return in.read(head, sizeof head) && std::memcmp(head, kShardMagic, sizeof head) == 0;
+  unsigned char head[16] = {};
+  if (!in.read(reinterpret_cast<char*>(head), sizeof head) || std::memcmp(head, kShardMagic, sizeof kShardMagic) != 0)
+    return false;
+  const uint32_t version = head[8] | head[9] << 8 | head[10] << 16 | uint32_t(head[11]) << 24;
+  const uint32_t width = head[12] | head[13] << 8 | head[14] << 16 | uint32_t(head[15]) << 24;
+  return version == kShardVersion && (width == 2 || width == 4);
 }
 
 // Whether the file's first 64 KiB hold a NUL byte: binary, such as a token shard, never JSON Lines.
@@ -425,7 +432,7 @@ fs::path check_output(const PrepareOptions& options, const std::vector<InputFile
   const fs::path dir(options.output_dir);
   std::error_code ec;
   // As `ingot train` refuses it: the shards and meta.json would mix with the whole file system.
-  if (const fs::path out = fs::weakly_canonical(fs::absolute(dir, ec), ec); !ec && out == out.root_path())
+  if (is_filesystem_root(dir))
     fail("prepare: output directory ", dir.string(), " is the file system's root; give the dataset a folder of its own");
   fs::path outermost_new;
   for (fs::path p = fs::absolute(dir); !p.empty() && !fs::exists(p); p = p.parent_path()) {
@@ -449,12 +456,17 @@ fs::path check_output(const PrepareOptions& options, const std::vector<InputFile
   INGOT_CHECK(old.empty() || options.overwrite, "prepare: output directory ", dir.string(), " already holds ",
               old.empty() ? "" : old.front().filename().string(), " (", counted(int64_t(old.size()), "dataset file"),
               "); choose another directory or set overwrite (--overwrite)");
-  // An input among the files --overwrite replaces would be read, then replaced by what it became.
+  // An input named on the command line among the files --overwrite replaces would be read, then
+  // replaced by what it became. (A directory's walk passes over the output folder.) One stat a
+  // file: a corpus of many files over a dataset of many shards made pairwise checks slow.
+  std::set<std::pair<dev_t, ino_t>> old_ids;
   for (const fs::path& file : old)
-    for (const InputFile& input : inputs)
-      if (fs::equivalent(file, input.path, ec))
-        fail("prepare: input ", input.path.string(), " is a file of the dataset in ", dir.string(),
-             " that this prepare would replace (--overwrite); write the new dataset to another directory");
+    if (struct stat st; ::stat(file.c_str(), &st) == 0) old_ids.insert({st.st_dev, st.st_ino});
+  for (const InputFile& input : inputs)
+    if (struct stat st; !input.from_directory && ::stat(input.path.c_str(), &st) == 0 &&
+                        old_ids.contains({st.st_dev, st.st_ino}))
+      fail("prepare: input ", input.path.string(), " is a file of the dataset in ", dir.string(),
+           " that this prepare would replace (--overwrite); write the new dataset to another directory");
   // A tokenizer file that belongs to no dataset (the folder of a model, say) is the user's own:
   // never replaced by another (an identical one stays as it is: see kept_tokenizer_files).
   const std::set<std::string> ours = dataset_tokenizer_files(dir);
@@ -971,7 +983,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   for (InputFile& f : files) {
     // A file named on the command line is read whatever it holds, so a shard named there (an
     // --overwrite of its own dataset, say) became a dataset of its bytes.
-    if (!f.from_directory && starts_with_shard_magic(f.path))
+    if (!f.from_directory && starts_like_shard(f.path))
       fail("prepare: input ", f.path.string(), " is an Ingot token shard (it starts with \"INGOTTOK\"), not text: "
            "prepare the text it was made from, or give the shard to training as it is (train_data)");
     const bool named_json_lines = is_jsonl(f.path);
@@ -1138,11 +1150,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       // A UTF-8 byte-order mark marks the encoding, not text: it would start the first document,
       // and hide a separator on the first line.
       if (content.starts_with("\xEF\xBB\xBF")) content.erase(0, 3);
-      if (const size_t nul = content.find('\0'); nul != std::string::npos) {
-        // A directory's binary files (fortune's .dat indexes) are passed over; one named on the
-        // command line was asked for, and is not text (the byte tokenizer would take any bytes).
-        if (!input.from_directory)
-          fail("prepare: input ", name, " holds a NUL byte at byte offset ", nul, ": a binary file, not text");
+      if (input.from_directory && content.find('\0') != std::string::npos) {
         if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
         progress.advance(static_cast<int64_t>(content.size()));
         continue;

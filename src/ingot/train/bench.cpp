@@ -25,6 +25,10 @@
 
 namespace ingot {
 
+bool is_bench_preset(const std::string& name) {
+  return name == "llama-3.2-1b" || name == "qwen3-0.6b" || name == "qwen2.5-0.5b" || name == "llama-3-8b";
+}
+
 ModelConfig bench_preset(const std::string& name) {
   nlohmann::json j;
   if (name == "llama-3.2-1b") {
@@ -82,11 +86,13 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& out, std::ostream& lo
                         o.packed_doc_len);
   // A directory: a model, a checkpoint or a run's output_dir (its newest checkpoint), as generate,
   // info and export take it. Only its config is used.
-  // A name that exists on disk or holds a '/' is a path (a file, a missing folder: say so, as info
-  // does); any other is a preset.
+  // A folder, a name with a '/', or anything on disk that is not a preset's name is a path (a file,
+  // a missing folder: said so, as info says it); a file named like a preset (a shell redirect's
+  // output, say) does not hide the preset.
   std::error_code ec;
-  const bool is_path = std::filesystem::exists(std::filesystem::symlink_status(o.model, ec)) ||
-                       o.model.find('/') != std::string::npos;
+  const bool is_path = std::filesystem::is_directory(o.model, ec) || o.model.find('/') != std::string::npos ||
+                       (std::filesystem::exists(std::filesystem::symlink_status(o.model, ec)) &&
+                        !is_bench_preset(o.model));
   ModelConfig config = is_path ? load_model_config(resolve_model_dir(o.model)) : bench_preset(o.model);
   // As in `ingot train`: RoPE reaches any position, so the timing holds; a pretrained model's quality would not.
   if (o.seq > config.max_position_embeddings)

@@ -35,6 +35,7 @@ struct BenchResult {
 
 // Presets with the public shapes: llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b.
 ModelConfig bench_preset(const std::string& name);
+bool is_bench_preset(const std::string& name);
 // 6 * N_matmul + 6 * L * S * H * Dh (causal attention: half of the full 12).
 double flops_per_token(const ModelConfig& config, int64_t seq);
 // The same with the attention term counted over the (query, key) pairs that attend:

@@ -111,6 +111,13 @@ std::vector<int64_t> generation_stop_ids(const std::string& dir, const ModelConf
 }
 
 namespace {
+// A tokenizer.json tokenizer reads UTF-8 only; checked per flag, since its own error gives the
+// offset in the text it was handed (with --chat, the whole rendered conversation).
+void check_utf8(const char* flag, const std::string& text) {
+  if (const size_t bad = data::utf8_find_invalid(text); bad != std::string::npos)
+    fail("generate: ", flag, ": invalid UTF-8 at byte ", bad, " (the tokenizer reads UTF-8 text)");
+}
+
 struct ChatPrompt {
   std::vector<int32_t> tokens;
   int32_t end_of_turn = -1;  // the format's end-of-turn token (<|eot_id|>, <|im_end|>)
@@ -131,13 +138,11 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
   } catch (const Error& e) {
     fail("generate --chat: ", e.what());
   }
-  // The tokenizer reads the rendered conversation, so its complaint about a byte gave an offset
-  // there and blamed --prompt for a byte of --system or --chat-date-string.
-  const std::pair<const char*, const std::string*> texts[] = {
-      {"--prompt", &o.prompt}, {"--system", o.system ? &*o.system : nullptr}, {"--chat-date-string", &o.chat_date_string}};
-  for (const auto& [flag, text] : texts)
-    if (const size_t bad = text ? data::utf8_find_invalid(*text) : std::string::npos; bad != std::string::npos)
-      fail("generate: ", flag, ": invalid UTF-8 at byte ", bad, " (the tokenizer reads UTF-8 text)");
+  // The tokenizer reads the rendered conversation: its complaint about a byte of --system gave an
+  // offset there, and blamed --prompt.
+  check_utf8("--prompt", o.prompt);
+  if (o.system) check_utf8("--system", *o.system);
+  check_utf8("--chat-date-string", o.chat_date_string);
   if (!o.chat_date_string.empty()) data::pin_chat_date(&format, o.chat_date_string, "generate", dir);
   if (const std::string token = data::first_split_control_token(format, *bpe); !token.empty())
     fail("generate --chat: the chat template of ", dir, " (", format.name(), ") writes ", token,
@@ -148,8 +153,8 @@ ChatPrompt chat_prompt(const std::string& dir, const GenerateOptions& o, const d
   ChatPrompt prompt;
   try {
     prompt.tokens = bpe->encode(data::render_generation_prompt(format, messages));
-  } catch (const Error& e) {
-    fail("generate: --prompt: ", e.what());
+  } catch (const Error& e) {  // the flags' texts are checked above: this is the template's own text
+    fail("generate --chat: the conversation rendered with the chat template of ", dir, ": ", e.what());
   }
   prompt.end_of_turn = bpe->token_to_id(format.end_of_turn());
   return prompt;
@@ -198,6 +203,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
     } catch (const Error& e) {
       std::cerr << "warning: " << e.what() << " (the prompt starts without them)\n";
     }
+    if (dynamic_cast<const data::BpeTokenizer*>(tokenizer.get())) check_utf8("--prompt", o.prompt);
     std::vector<int32_t> prompt;
     try {
       prompt = tokenizer->encode(o.prompt);

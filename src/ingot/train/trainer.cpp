@@ -20,6 +20,7 @@
 
 #include "ingot/core/dir_lock.h"
 #include "ingot/core/error.h"
+#include "ingot/core/paths.h"
 #include "ingot/core/process.h"
 #include "ingot/core/stop_signals.h"
 #include "ingot/core/text.h"
@@ -171,7 +172,7 @@ void check_output_dir(const TrainConfig& c, const TrainOptions& o, const std::ve
   if (ec && ec != std::errc::no_such_file_or_directory)
     fail(c.source_of({"output_dir"}), ": cannot use output_dir ", c.output_dir, ": ", ec.message());
   const fs::path out = fs::weakly_canonical(fs::absolute(c.output_dir, ec), ec);
-  if (!ec && out == out.root_path())
+  if (is_filesystem_root(c.output_dir))
     fail(c.source_of({"output_dir"}), ": output_dir ", c.output_dir, " is the file system's root; give the run a folder of its own");
   auto same = [&](const fs::path& other) {
     std::error_code other_ec;
