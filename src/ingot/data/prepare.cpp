@@ -170,18 +170,6 @@ std::string read_file(const fs::path& path) {
   return std::move(s).str();
 }
 
-// Whether the file starts as a token shard does: the magic, then version 1 and a token width of 2
-// or 4 as little-endian u32s (binary, so a text that happens to start with "INGOTTOK" is not one).
-bool starts_like_shard(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  unsigned char head[16] = {};
-  if (!in.read(reinterpret_cast<char*>(head), sizeof head) || std::memcmp(head, kShardMagic, sizeof kShardMagic) != 0)
-    return false;
-  const uint32_t version = head[8] | head[9] << 8 | head[10] << 16 | uint32_t(head[11]) << 24;
-  const uint32_t width = head[12] | head[13] << 8 | head[14] << 16 | uint32_t(head[15]) << 24;
-  return version == kShardVersion && (width == 2 || width == 4);
-}
-
 // Whether the file's first 64 KiB hold a NUL byte: binary, such as a token shard, never JSON Lines.
 bool starts_binary(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -983,7 +971,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
   for (InputFile& f : files) {
     // A file named on the command line is read whatever it holds, so a shard named there (an
     // --overwrite of its own dataset, say) became a dataset of its bytes.
-    if (!f.from_directory && starts_like_shard(f.path))
+    if (!f.from_directory && looks_like_shard(f.path.string()))
       fail("prepare: input ", f.path.string(), " is an Ingot token shard (it starts with \"INGOTTOK\"), not text: "
            "prepare the text it was made from, or give the shard to training as it is (train_data)");
     const bool named_json_lines = is_jsonl(f.path);

@@ -213,6 +213,15 @@ int64_t read_shard_token_count(const std::string& path) {
   return static_cast<int64_t>(decode_header(header).num_tokens);
 }
 
+bool looks_like_shard(const std::string& path) {
+  unsigned char header[kShardHeaderBytes];
+  std::ifstream file(path, std::ios::binary);
+  if (!file.read(reinterpret_cast<char*>(header), kShardHeaderBytes) || std::memcmp(header, kShardMagic, 8) != 0)
+    return false;
+  const HeaderFields h = decode_header(header);
+  return h.version == kShardVersion && (h.token_width == 2 || h.token_width == 4);
+}
+
 Shard::Shard(const std::string& path) : path_(path) {
   struct stat path_st;  // before open: opening a FIFO would wait for a writer forever
   if (::stat(path.c_str(), &path_st) == 0 && !S_ISREG(path_st.st_mode))

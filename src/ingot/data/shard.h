@@ -77,6 +77,9 @@ void write_shard(const std::string& path, const ShardData& data);
 // The token count a shard's header records, from its first bytes alone (no map, no validation
 // beyond the magic): for checks that run before the shard is opened (the loader's meta.json check).
 int64_t read_shard_token_count(const std::string& path);
+// Whether the file starts as a shard does: the magic, then a known version and token width (so a
+// text that happens to start with "INGOTTOK" is not one). Reads only the header; never fails.
+bool looks_like_shard(const std::string& path);
 
 // A validated, read-only memory map of one shard. Move-only; unmaps on destruction.
 // Opening checks the magic, version, token width, flags, that the file size matches the header's

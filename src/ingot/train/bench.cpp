@@ -1,6 +1,7 @@
 #include "ingot/train/bench.h"
 
 #include <algorithm>
+#include <iterator>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -26,7 +27,7 @@
 namespace ingot {
 
 bool is_bench_preset(const std::string& name) {
-  return name == "llama-3.2-1b" || name == "qwen3-0.6b" || name == "qwen2.5-0.5b" || name == "llama-3-8b";
+  return std::find(std::begin(kBenchPresets), std::end(kBenchPresets), name) != std::end(kBenchPresets);
 }
 
 ModelConfig bench_preset(const std::string& name) {
@@ -54,8 +55,9 @@ ModelConfig bench_preset(const std::string& name) {
          {"rope_theta", 500000.0}, {"rms_norm_eps", 1e-5}, {"max_position_embeddings", 8192},
          {"tie_word_embeddings", false}};
   } else {
-    fail("unknown bench model \"", name, "\": give a model, checkpoint or run directory, or one of llama-3.2-1b, "
-         "qwen3-0.6b, qwen2.5-0.5b, llama-3-8b");
+    std::string names;
+    for (const char* preset : kBenchPresets) names += (names.empty() ? "" : ", ") + std::string(preset);
+    fail("unknown bench model \"", name, "\": give a model, checkpoint or run directory, or one of ", names);
   }
   return parse_model_config(j.dump(), "preset " + name);
 }

@@ -33,7 +33,8 @@ struct BenchResult {
   double tokens_per_s = 0, mfu = 0, step_ms = 0, peak_gib = 0, flops_per_token = 0;
 };
 
-// Presets with the public shapes: llama-3.2-1b, qwen3-0.6b, qwen2.5-0.5b, llama-3-8b.
+// Presets with the public shapes.
+inline constexpr const char* kBenchPresets[] = {"llama-3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b", "llama-3-8b"};
 ModelConfig bench_preset(const std::string& name);
 bool is_bench_preset(const std::string& name);
 // 6 * N_matmul + 6 * L * S * H * Dh (causal attention: half of the full 12).
