@@ -645,9 +645,31 @@ TEST(DataLoader, ShardsMustMatchTheirMetaJson) {
   write_text(dir + "/meta.json", meta);
   EXPECT_EQ(resolve_shard_paths({dir}).size(), 2u);
 
+  // The directory's shards come in the order meta.json lists them, which is the order prepare wrote
+  // them: sorted as names, a 100,000th shard (train-100000.bin) came between train-10000 and
+  // train-10001.
+  fs::rename(dir + "/train-00000.bin", dir + "/train-2.bin");
+  fs::rename(dir + "/train-00001.bin", dir + "/train-10.bin");
+  std::string renamed = meta;
+  renamed.replace(renamed.find("train-00000.bin"), 15, "train-2.bin");
+  renamed.replace(renamed.find("train-00001.bin"), 15, "train-10.bin");
+  write_text(dir + "/meta.json", renamed);
+  EXPECT_EQ(resolve_shard_paths({dir}), (std::vector<std::string>{dir + "/train-2.bin", dir + "/train-10.bin"}));
+  fs::rename(dir + "/train-2.bin", dir + "/train-00000.bin");
+  fs::rename(dir + "/train-10.bin", dir + "/train-00001.bin");
+  // A count that is no whole number is named as such (it was "lacks \"file\" or \"num_tokens\""),
+  // and so is a shard listed twice.
+  write_text(dir + "/meta.json", std::string(meta).replace(meta.find("12,"), 2, "12.0"));
+  std::string msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find(dir + "/meta.json: the \"num_tokens\" of shard train-00001.bin is not a whole number: 12.0"),
+            std::string::npos) << msg;
+  write_text(dir + "/meta.json", std::string(meta).replace(meta.find("train-00001.bin"), 15, "train-00000.bin"));
+  msg = error_of([&] { resolve_shard_paths({dir}); });
+  EXPECT_NE(msg.find(dir + "/meta.json lists shard train-00000.bin twice"), std::string::npos) << msg;
+
   // A count written past int64 was named as -1.
   write_text(dir + "/meta.json", std::string(meta).replace(meta.find("12,"), 2, "18446744073709551615"));
-  std::string msg = error_of([&] { resolve_shard_paths({dir}); });
+  msg = error_of([&] { resolve_shard_paths({dir}); });
   EXPECT_NE(msg.find("holds 12 tokens, but " + dir + "/meta.json lists 18446744073709551615"), std::string::npos) << msg;
   write_text(dir + "/meta.json", meta);
   write_shard(dir + "/train-00001.bin", counting_shard(11, 0, 10));
@@ -824,6 +846,80 @@ TEST(DataPrepare, FortuneSeparatorSplitsDocuments) {
   EXPECT_EQ(std::vector<uint64_t>(s.document_starts().begin(), s.document_starts().end()),
             (std::vector<uint64_t>{0, 9, 16}));
   EXPECT_EQ(tok.decode(shard_tokens(s)), "one\ntwo\n<|endoftext|>three\n<|endoftext|>four<|endoftext|>");
+}
+
+// Lines end at "\n", "\r\n" or a lone "\r" (old Mac files). Split at "\n" alone, a CR-only file's
+// separators never matched (its documents merged, the separators trained on), and a CR-only JSON
+// Lines file was one invalid line (`--skip-invalid-json` dropped all its records as one).
+TEST(DataPrepare, CarriageReturnsEndLines) {
+  const std::string dir = test::temp_dir("prepare_cr_lines");
+  write_text(dir + "/cr.txt", "a1\rb1\r%\ra2\r%\r");
+  write_text(dir + "/mixed.txt", "b1\r\n%\ra2\n%\nc\r");
+  write_text(dir + "/cr.jsonl", "{\"text\": \"r1\"}\r{\"text\": \"r2\"}\r\r{\"text\": \"r3\"}");
+  write_text(dir + "/bom.jsonl", "\xEF\xBB\xBF\r\n{\"text\": \"r4\"}\r\n");  // a BOM on a blank first line
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/cr.txt", dir + "/mixed.txt", dir + "/cr.jsonl", dir + "/bom.jsonl"};
+  o.output_dir = dir + "/out";
+  o.doc_separator = "%";
+  const PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_documents, 9);
+  EXPECT_EQ(r.skipped_json_lines, 0);
+  EXPECT_EQ(tok.decode(shard_tokens(Shard(dir + "/out/train-00000.bin"))),
+            "a1\rb1\r<|endoftext|>a2\r<|endoftext|>b1\r\n<|endoftext|>a2\n<|endoftext|>c\r<|endoftext|>"
+            "r1<|endoftext|>r2<|endoftext|>r3<|endoftext|>r4<|endoftext|>");
+
+  // Records and invalid UTF-8 are placed by the same lines.
+  write_text(dir + "/bad.jsonl", "{\"text\": \"ok\"}\r{\"text\": 1}\r");
+  o.inputs = {dir + "/bad.jsonl"};
+  o.doc_separator.clear();
+  o.overwrite = true;
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: " + dir + "/bad.jsonl:2: no string field \"text\""), std::string::npos) << msg;
+  BpeTokenizer bpe =
+      BpeTokenizer::from_file(test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json");
+  write_text(dir + "/bad.txt", "one\rtwo\r\nthree \xff\r");
+  o.inputs = {dir + "/bad.txt"};
+  msg = error_of([&] { prepare_dataset(o, bpe); });
+  EXPECT_NE(msg.find("prepare: " + dir + "/bad.txt:3: invalid UTF-8 (byte 0xFF) at column 7"), std::string::npos) << msg;
+}
+
+// Folders are walked through links to folders (each real folder once, so a loop ends); a broken
+// link or a folder that cannot be listed is an error naming it. All three were passed over, and the
+// dataset lost their files without a word.
+TEST(DataPrepare, DirectoryWalkFollowsFolderLinksAndNamesWhatItCannotRead) {
+  const std::string dir = test::temp_dir("prepare_walk_links");
+  write_text(dir + "/tree/a/x.txt", "A");
+  write_text(dir + "/ext/deep/e.txt", "E");
+  write_text(dir + "/ext/f.txt", "F");
+  fs::create_symlink("../ext", dir + "/tree/linkdir");
+  fs::create_symlink("../../tree", dir + "/tree/a/loop");  // back to the top
+  fs::create_symlink("../ext/f.txt", dir + "/tree/linkfile");
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/tree"};
+  o.output_dir = dir + "/out";
+  PrepareReport r = prepare_dataset(o, tok);
+  EXPECT_EQ(r.num_files, 3);  // x.txt; deep/e.txt and f.txt through linkdir; linkfile is f.txt again
+  EXPECT_EQ(tok.decode(shard_tokens(Shard(dir + "/out/train-00000.bin"))), "A<|endoftext|>E<|endoftext|>F<|endoftext|>");
+
+  o.overwrite = true;
+  fs::create_symlink("nowhere", dir + "/tree/a/dangling");
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
+  EXPECT_NE(msg.find("prepare: " + dir + "/tree/a/dangling is a symbolic link to nowhere, which does not exist"),
+            std::string::npos) << msg;
+  fs::remove(dir + "/tree/a/dangling");
+
+  fs::create_directories(dir + "/tree/secret");
+  fs::permissions(dir + "/tree/secret", fs::perms::none);
+  std::error_code ec;
+  if (fs::directory_iterator(dir + "/tree/secret", ec); !ec) {
+    fs::permissions(dir + "/tree/secret", fs::perms::owner_all);
+    GTEST_SKIP() << "running as root: permissions do not bind";
+  }
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  fs::permissions(dir + "/tree/secret", fs::perms::owner_all);
+  EXPECT_NE(msg.find("prepare: cannot list folder " + dir + "/tree/secret: Permission denied"), std::string::npos) << msg;
 }
 
 // A separator with a line break could never match (lines are compared one at a time), one given
@@ -1411,12 +1507,16 @@ TEST(DataPrepare, FileNamedTwiceIsReadOnceAndSaid) {
 TEST(DataPrepare, EmptyInputIsAnError) {
   const std::string dir = test::temp_dir("prepare_empty");
   write_text(dir + "/in/blank.txt", "  \n\n");
+  write_text(dir + "/in/empty.txt", "");
   ByteTokenizer tok;
   PrepareOptions o;
   o.inputs = {dir + "/in"};
   o.output_dir = dir + "/out";
+  // The message says why each file gave nothing (it counted neither empty files nor blank documents).
   std::string msg = error_of([&] { prepare_dataset(o, tok); });
-  EXPECT_NE(msg.find("no documents"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("prepare: no documents found in " + dir + "/in (2 files: 1 empty, 0 skipped as binary; 1 blank "
+                     "document (whitespace only) and 0 invalid JSONL lines skipped, 0 documents dropped)"),
+            std::string::npos) << msg;
   // The failed prepare takes back the output directory it created (review, 2026-12-01), and
   // leaves one that was there before.
   EXPECT_FALSE(std::filesystem::exists(dir + "/out"));

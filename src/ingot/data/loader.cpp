@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -48,7 +49,10 @@ std::string describe_files(const std::vector<std::string>& files) {
 // the list lacks (another dataset's shard copied in) would train on other data than prepared,
 // without a word: each is an error naming the file. meta.json is optional; without it, or when it
 // is not prepare's ("format": "ingot-token-shards"), the directory's *.bin files are taken as they are.
-void check_against_meta(const std::string& dir, const std::vector<std::string>& found) {
+// The shards of dir in the order its prepare meta.json lists them, which is the order prepare wrote
+// them (train-99999.bin, then train-100000.bin: sorted as names, the 100,000th would come between
+// train-10000 and train-10001); nullopt where dir has no such meta.json.
+std::optional<std::vector<std::string>> check_against_meta(const std::string& dir, const std::vector<std::string>& found) {
   const fs::path meta_path = fs::path(dir) / "meta.json";
   std::error_code ec;
   // A prepare --overwrite killed while swapping datasets leaves the old one in .prepare-<pid>/old
@@ -65,22 +69,27 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
            "prepare` was moving in when it was killed (or is still running): the shards here may be part of it (re-run "
            "that prepare with --overwrite)");
   }
-  if (!fs::exists(meta_path, ec)) return;
+  if (!fs::exists(meta_path, ec)) return std::nullopt;
   const std::string meta_file = meta_path.string();
   const std::string fix = " (re-run ingot prepare, or delete meta.json to train on the directory's shards as they are)";
   const nlohmann::json meta = io::parse_json(io::read_text_file(meta_file, "dataset meta"), meta_file, "dataset meta");
-  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "ingot-token-shards") return;  // not prepare's
+  if (!meta.is_object() || !meta.contains("format") || meta["format"] != "ingot-token-shards")
+    return std::nullopt;  // not prepare's
   if (!meta.contains("shards") || !meta["shards"].is_array())
     fail("data: ", meta_file, " has no \"shards\" list", fix);
   // Sets, not list scans: 30000 shards took 14 s to check, 60000 over a minute.
   const std::set<std::string> present(found.begin(), found.end());
   std::set<std::string> listed;
+  std::vector<std::string> in_order;
   for (const nlohmann::json& entry : meta["shards"]) {
-    if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string() || !entry.contains("num_tokens") ||
-        !entry["num_tokens"].is_number_integer())
+    if (!entry.is_object() || !entry.contains("file") || !entry["file"].is_string() || !entry.contains("num_tokens"))
       fail("data: ", meta_file, ": a \"shards\" entry lacks \"file\" or \"num_tokens\": ", io::json_brief(entry), fix);
+    if (!entry["num_tokens"].is_number_integer())
+      fail("data: ", meta_file, ": the \"num_tokens\" of shard ", entry["file"].get<std::string>(),
+           " is not a whole number: ", entry["num_tokens"].dump(), fix);
     const std::string name = entry["file"].get<std::string>();
     const fs::path file = fs::path(dir) / name;
+    if (!listed.insert(file.string()).second) fail("data: ", meta_file, " lists shard ", name, " twice", fix);
     if (!present.contains(file.string()))
       fail("data: ", meta_file, " lists shard ", name, ", which is missing from ", dir, fix);
     const int64_t tokens = read_shard_token_count(file.string());
@@ -89,10 +98,11 @@ void check_against_meta(const std::string& dir, const std::vector<std::string>& 
                                                  : entry["num_tokens"].get<int64_t>() != tokens)
       fail("data: shard ", file.string(), " holds ", tokens, " tokens, but ", meta_file, " lists ",
            entry["num_tokens"].dump(), fix);
-    listed.insert(file.string());
+    in_order.push_back(file.string());
   }
   for (const std::string& file : found)
     if (!listed.contains(file)) fail("data: ", file, " is not one of the shards ", meta_file, " lists", fix);
+  return in_order;
 }
 
 // What a train_data entry is when it is not a regular file, for the error that names it.
@@ -138,6 +148,7 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       ::globfree(&g);
       if (!not_a_file.empty()) fail("data: ", spec, " matches ", not_a_file, ", not a shard file");
       INGOT_CHECK(!found.empty(), "data: no shard files match ", spec);
+      std::sort(found.begin(), found.end());
     } else if (fs::is_directory(spec, ec)) {
       // Without throwing: an unreadable folder is named here, not as a bare filesystem error.
       fs::directory_iterator it(spec, ec);
@@ -151,7 +162,8 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       }
       if (ec) fail("data: cannot list directory ", spec, ": ", ec.message());
       std::sort(found.begin(), found.end());
-      check_against_meta(spec, found);  // first: a listed shard is named, also when none is left
+      // First: a listed shard is named, also when none is left.
+      if (std::optional<std::vector<std::string>> listed = check_against_meta(spec, found)) found = std::move(*listed);
       INGOT_CHECK(!found.empty(), "data: directory ", spec, " holds no *.bin shards");
     } else {
       if (!fs::exists(spec, ec)) {
@@ -160,7 +172,6 @@ std::vector<std::string> resolve_shard_paths(const std::vector<std::string>& spe
       }
       found.push_back(spec);
     }
-    std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());
   }
   // A shard reached twice (a directory and one of its files, two globs, a symlink) would be trained

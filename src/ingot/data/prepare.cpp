@@ -139,6 +139,53 @@ std::optional<nlohmann::json> parse_python_json_line(std::string_view line) {
   return record;
 }
 
+// The lines of a stream, each ending at "\n", "\r\n" or a lone "\r" (the old Mac convention: read
+// at "\n" alone, a CR-only JSON Lines file was one invalid record, and `--skip-invalid-json` dropped
+// every record in it as one line). No JSON record holds a raw CR, so splitting there is safe.
+class LineReader {
+ public:
+  explicit LineReader(std::istream& in) : in_(in) {}
+
+  // The next line without its terminator, and the bytes it took with the terminator; false at the
+  // end of the stream.
+  bool next(std::string& line, int64_t& bytes) {
+    if (pos_ == std::string::npos) {
+      if (!std::getline(in_, physical_)) return false;
+      newline_ = in_.eof() ? 0 : 1;
+      crlf_ = !physical_.empty() && physical_.back() == '\r' ? 1 : 0;
+      if (crlf_) physical_.pop_back();
+      pos_ = 0;
+    }
+    const size_t cr = physical_.find('\r', pos_);
+    if (cr == std::string::npos) {
+      line.assign(physical_, pos_);
+      bytes = static_cast<int64_t>(physical_.size() - pos_) + newline_ + crlf_;
+      pos_ = std::string::npos;
+    } else {
+      line.assign(physical_, pos_, cr - pos_);
+      bytes = static_cast<int64_t>(cr - pos_) + 1;
+      pos_ = cr + 1;
+    }
+    return true;
+  }
+
+ private:
+  std::istream& in_;
+  std::string physical_;         // up to the next "\n"
+  size_t pos_ = std::string::npos;  // where the next line starts in physical_; npos: read another
+  int newline_ = 0, crlf_ = 0;   // bytes of the "\n" and of a "\r" before it
+};
+
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+
+// The length of the line break at text[at]: 2 for "\r\n", 1 for a lone "\n" or "\r", 0 for none.
+size_t line_break_length(std::string_view text, size_t at) {
+  if (at >= text.size()) return 0;
+  if (text[at] == '\n') return 1;
+  if (text[at] != '\r') return 0;
+  return at + 1 < text.size() && text[at + 1] == '\n' ? 2 : 1;
+}
+
 // A .json file (any case) whose first non-blank line is a JSON object with the string field
 // text_field: JSON Lines under the name `datasets`' to_json gives them, which Hugging Face's json
 // loader reads record by record. Read as plain text, its raw JSON was trained on, with exit 0. A
@@ -146,9 +193,11 @@ std::optional<nlohmann::json> parse_python_json_line(std::string_view line) {
 bool json_file_of_json_lines(const fs::path& p, const std::string& text_field) {
   if (lower_extension(p) != ".json") return false;
   std::ifstream in(p, std::ios::binary);
+  LineReader lines(in);
   std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 BOM, as the JSON Lines reader takes it
+  int64_t bytes = 0;
+  while (lines.next(line, bytes)) {
+    if (line.starts_with(kUtf8Bom)) line.erase(0, 3);  // a UTF-8 BOM, as the JSON Lines reader takes it
     if (line.find_first_not_of(" \t\r\f\v") == std::string::npos) continue;
     nlohmann::json first = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (first.is_discarded()) first = parse_python_json_line(line).value_or(first);
@@ -199,6 +248,36 @@ bool is_blank_document(std::string_view s) {
   return true;
 }
 
+// The files under folder, in the order of their paths compared one component after another (each
+// folder's entries sorted by name, and walked in that order). Links to folders are followed, each
+// real folder once (walked holds those entered), so a link loop ends. A broken link or a folder
+// that cannot be listed is an error naming it: passed over, it shrank the dataset without a word.
+void walk_directory(const fs::path& folder, const fs::path& output, std::set<fs::path>& walked,
+                    std::vector<fs::path>& found) {
+  std::error_code ec;
+  std::vector<fs::path> entries;
+  for (fs::directory_iterator it(folder, ec); !ec && it != fs::directory_iterator(); it.increment(ec))
+    if (!is_hidden(it->path())) entries.push_back(it->path());
+  if (ec) fail("prepare: cannot list folder ", folder.string(), ": ", ec.message());
+  std::sort(entries.begin(), entries.end());
+  for (const fs::path& p : entries) {
+    if (const std::string link = broken_link_description(p); !link.empty())
+      fail("prepare: ", p.string(), " is ", link, " (remove it, or name the inputs to read)");
+    if (fs::is_directory(p, ec)) {  // a link to a folder too
+      const fs::path real = fs::weakly_canonical(p, ec);
+      if (real != output && walked.insert(real).second) walk_directory(p, output, walked, found);
+      continue;
+    }
+    // An earlier dataset inside an input directory: its shards are binary (skipped below), and
+    // its meta.json and the tokenizer files `ingot prepare` copies beside them are not text to
+    // train on.
+    if ((p.filename() == "meta.json" || is_tokenizer_file_name(p.filename().string())) &&
+        fs::exists(p.parent_path() / "train-00000.bin", ec))
+      continue;
+    if (fs::is_regular_file(p, ec)) found.push_back(p);
+  }
+}
+
 // Inputs expanded to files in a deterministic order, each real file once; the inputs that named a
 // file already named go to *repeated (repeating a file does not upsample it: the report says so).
 std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector<std::string>* repeated) {
@@ -219,23 +298,8 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector
     const fs::path root(input);
     if (fs::is_directory(root, ec)) {
       std::vector<fs::path> found;
-      auto it =
-          fs::recursive_directory_iterator(root, fs::directory_options::skip_permission_denied);
-      for (; it != fs::recursive_directory_iterator(); ++it) {
-        const fs::path& p = it->path();
-        if (is_hidden(p) || fs::weakly_canonical(p, ec) == output) {
-          if (it->is_directory(ec)) it.disable_recursion_pending();
-          continue;
-        }
-        // An earlier dataset inside an input directory: its shards are binary (skipped below), and
-        // its meta.json and the tokenizer files `ingot prepare` copies beside them are not text to
-        // train on.
-        if ((p.filename() == "meta.json" || is_tokenizer_file_name(p.filename().string())) &&
-            fs::exists(p.parent_path() / "train-00000.bin", ec))
-          continue;
-        if (it->is_regular_file(ec)) found.push_back(p);
-      }
-      std::sort(found.begin(), found.end());
+      std::set<fs::path> walked{fs::weakly_canonical(root, ec)};
+      walk_directory(root, output, walked, found);
       for (const fs::path& p : found) add(p, true);
     } else if (fs::is_regular_file(root, ec)) {
       add(root, false);
@@ -691,8 +755,13 @@ std::string invalid_utf8_position(const PendingDocument& d) {
   if (d.first_line <= 0)
     return d.where + ": invalid UTF-8 (byte " + byte + ") at byte " + std::to_string(bad) + " of its text";
   const std::string_view before = std::string_view(d.text).substr(0, bad);
-  const size_t line_start = before.rfind('\n');
-  const int64_t line = d.first_line + static_cast<int64_t>(std::count(before.begin(), before.end(), '\n'));
+  const size_t line_start = before.find_last_of("\r\n");
+  int64_t line = d.first_line;
+  for (size_t i = 0; i < before.size();) {
+    const size_t line_break = line_break_length(before, i);
+    line += line_break > 0;
+    i += std::max<size_t>(line_break, 1);
+  }
   const size_t column = line_start == std::string_view::npos ? bad + 1 : bad - line_start;
   return d.file + ":" + std::to_string(line) + ": invalid UTF-8 (byte " + byte + ") at column " + std::to_string(column);
 }
@@ -885,6 +954,9 @@ std::string PrepareReport::to_string() const {
                              : 0.0);
     s << pct;
   }
+  if (const int64_t maps = max_memory_maps(); maps > 0 && int64_t(shards.size()) > maps / 2)
+    s << "\nprepare: warning: " << shards.size() << " shards; training maps each one, and this system allows "
+      << maps << " memory maps a process (vm.max_map_count), which the program shares: use a larger --shard-tokens";
   s << "\nprepare: truncated " << truncated << ", dropped " << dropped
     << " (longer than max_seq_len)";
   if (dropped_no_target) s << ", dropped " << dropped_no_target << " with no assistant token";
@@ -1051,12 +1123,13 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       if (chat || input.json_lines) {
         std::ifstream in(input.path, std::ios::binary);
         if (!in) fail("prepare: cannot open ", name, ": ", std::strerror(errno));
+        LineReader lines(in);
         std::string line;
-        int64_t records = 0;
-        for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+        int64_t records = 0, line_bytes = 0;
+        for (int64_t line_number = 1; lines.next(line, line_bytes); ++line_number) {
           check_stop();
-          const int64_t line_bytes = static_cast<int64_t>(line.size()) + 1;
-          if (is_blank(line)) {
+          // A byte-order mark before nothing (an editor's BOM on an empty first line) is a blank line.
+          if (is_blank(std::string_view(line).substr(line.starts_with(kUtf8Bom) ? 3 : 0))) {
             progress.advance(line_bytes);
             continue;
           }
@@ -1137,7 +1210,7 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
       std::string content = read_file(input.path);
       // A UTF-8 byte-order mark marks the encoding, not text: it would start the first document,
       // and hide a separator on the first line.
-      if (content.starts_with("\xEF\xBB\xBF")) content.erase(0, 3);
+      if (content.starts_with(kUtf8Bom)) content.erase(0, 3);
       if (input.from_directory && content.find('\0') != std::string::npos) {
         if (report.skipped_binary_files++ == 0) report.first_skipped_binary_file = name;
         progress.advance(static_cast<int64_t>(content.size()));
@@ -1151,8 +1224,8 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           ++report.blank_documents, progress.advance(static_cast<int64_t>(content.size()));
         continue;
       }
-      // Lines equal to the separator (ignoring a trailing \r) end a document; they are not part of
-      // it.
+      // Lines equal to the separator end a document; they are not part of it. A line ends at "\n",
+      // "\r\n" or a lone "\r", as LineReader's do.
       std::string_view rest(content);
       size_t doc_begin = 0, line_begin = 0;
       int64_t line_number = 1, doc_line = 1;
@@ -1166,11 +1239,9 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
           progress.advance(bytes);
       };
       while (line_begin < content.size()) {
-        size_t line_end = content.find('\n', line_begin);
-        const size_t next = line_end == std::string::npos ? content.size() : line_end + 1;
-        if (line_end == std::string::npos) line_end = content.size();
-        std::string_view line = rest.substr(line_begin, line_end - line_begin);
-        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        const size_t line_end = std::min(content.find_first_of("\r\n", line_begin), content.size());
+        const size_t next = line_end + line_break_length(rest, line_end);
+        const std::string_view line = rest.substr(line_begin, line_end - line_begin);
         ++line_number;
         if (line == options.doc_separator) {
           emit(rest.substr(doc_begin, line_begin - doc_begin), next);
@@ -1195,9 +1266,11 @@ PrepareReport prepare_dataset(const PrepareOptions& options, const Tokenizer& to
     std::ostringstream inputs;
     for (size_t i = 0; i < options.inputs.size(); ++i)
       inputs << (i ? ", " : "") << options.inputs[i];
-    fail("prepare: no documents found in ", inputs.str(), " (", counted(int64_t(files.size()), "file"), ", ",
-         report.skipped_binary_files, " skipped as binary, ", counted(report.skipped_json_lines, "invalid JSONL line"),
-         " skipped, ", counted(report.dropped + report.dropped_no_target, "document"), " dropped)");
+    fail("prepare: no documents found in ", inputs.str(), " (", counted(int64_t(files.size()), "file"), ": ",
+         report.empty_files, " empty, ", report.skipped_binary_files, " skipped as binary; ",
+         counted(report.blank_documents, "blank document"), " (whitespace only) and ",
+         counted(report.skipped_json_lines, "invalid JSONL line"), " skipped, ",
+         counted(report.dropped + report.dropped_no_target, "document"), " dropped)");
   }
 
   const bool with_special_tokens = !chat && options.add_special_tokens;

@@ -245,7 +245,14 @@ Shard::Shard(const std::string& path) : path_(path) {
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    fail("shard ", path, ": mmap failed: ", std::strerror(map_errno));
+    // ENOMEM with memory to spare: the process ran out of maps, one a shard.
+    const int64_t limit = max_memory_maps();
+    fail("shard ", path, ": mmap failed: ", std::strerror(map_errno),
+         map_errno == ENOMEM && limit > 0
+             ? " (each shard is one memory map, and this system allows " + std::to_string(limit) +
+                   " a process (vm.max_map_count): prepare the data again in fewer shards, with a larger "
+                   "--shard-tokens, or raise vm.max_map_count)"
+             : std::string());
   }
   map_bytes_ = file_bytes;
   record_ = MappedFileRecord(map_, file_bytes, path);  // a SIGBUS in the mapping names this file
@@ -358,6 +365,12 @@ void Shard::read_tokens(int64_t begin, int64_t count, int32_t* out) const {
     const auto* src = reinterpret_cast<const uint32_t*>(tokens_) + begin;
     for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(src[i]);
   }
+}
+
+int64_t max_memory_maps() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  int64_t limit = -1;
+  return in >> limit ? limit : -1;
 }
 
 namespace {

@@ -81,6 +81,11 @@ int64_t read_shard_token_count(const std::string& path);
 // text that happens to start with "INGOTTOK" is not one). Reads only the header; never fails.
 bool looks_like_shard(const std::string& path);
 
+// How many memory maps the kernel lets one process hold (Linux's vm.max_map_count; 65530 unless
+// raised), or -1 where it cannot be read. Training maps every shard, so a dataset of more shards
+// than this cannot be opened.
+int64_t max_memory_maps();
+
 // A validated, read-only memory map of one shard. Move-only; unmaps on destruction.
 // Opening checks the magic, version, token width, flags, that the file size matches the header's
 // section sizes, and that document starts are 0, strictly ascending and < num_tokens. Token ids are
