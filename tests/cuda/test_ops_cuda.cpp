@@ -419,6 +419,52 @@ TEST_F(CudaOps, Linear) {
   EXPECT_EQ(download(overwritten), Floats(24 * 40, 0.f)) << "linear_backward N=0 overwriting";
 }
 
+// GEMMs whose output or operand holds more than 2^31 elements, as Llama-3-8B's gate/up projection
+// at 8192 x 16 tokens does (131072 x 28672): cuBLASLt takes 64-bit sizes, and nothing else had
+// tested one. Output (131072, 16400) = 2,149,580,800 elements; the backward reads it as dout. Rows
+// past element 2^31 (n > 130944) and columns at both ends are compared with f64 references.
+TEST_F(CudaOps, LinearBeyond2To31Elements) {
+  const int64_t N = 131072, I = 64, O = 16400;
+  ASSERT_GT(N * O, int64_t(1) << 31);
+  const Floats x = randn(N * I, 60), w = randn(O * I, 61, 0.125);
+  Tensor gx = upload(x, DType::bf16, {N, I}), gw = upload(w, DType::bf16, {O, I});
+  Tensor gout = alloc(DType::bf16, {N, O});
+  ops::linear_forward(gpu, gout, gx, gw, Tensor{});
+  Tensor gdin = poisoned(DType::bf16, {N, I}), gdw = poisoned(DType::f32, {O, I});
+  ops::linear_backward(gpu, gdin, gdw, Tensor{}, gout, gx, gw, /*accumulate_dweight=*/false);
+  const std::vector<uint8_t> out_bytes = download_bytes(gout);
+  const auto* out_bits = reinterpret_cast<const uint16_t*>(out_bytes.data());
+  auto out_at = [&](int64_t n, int64_t o) { return double(bf16_to_f32(out_bits[n * O + o])); };
+  const Floats din = download(gdin), dw = download(gdw);
+  for (int64_t n : {int64_t(0), int64_t(65537), int64_t(130944), int64_t(130945), N - 1}) {
+    Floats got(static_cast<size_t>(O)), want(static_cast<size_t>(O));
+    for (int64_t o = 0; o < O; ++o) {
+      double sum = 0;
+      for (int64_t i = 0; i < I; ++i) sum += double(x[n * I + i]) * double(w[o * I + i]);
+      want[o] = float(sum);
+      got[o] = float(out_at(n, o));
+    }
+    EXPECT_TRUE(close(got, want, kTolBf16, "forward row " + std::to_string(n)));
+    // din = dout W, with dout the output as the GPU stored it.
+    Floats got_din(din.begin() + n * I, din.begin() + (n + 1) * I), want_din(static_cast<size_t>(I));
+    for (int64_t i = 0; i < I; ++i) {
+      double sum = 0;
+      for (int64_t o = 0; o < O; ++o) sum += out_at(n, o) * double(w[o * I + i]);
+      want_din[i] = float(sum);
+    }
+    EXPECT_TRUE(close(got_din, want_din, kTolBf16, "backward din row " + std::to_string(n)));
+  }
+  for (int64_t o : {int64_t(0), int64_t(8191), O - 1}) {  // dweight = dout^T x sums over all N rows
+    Floats got(dw.begin() + o * I, dw.begin() + (o + 1) * I), want(static_cast<size_t>(I));
+    for (int64_t i = 0; i < I; ++i) {
+      double sum = 0;
+      for (int64_t n = 0; n < N; ++n) sum += out_at(n, o) * double(x[n * I + i]);
+      want[i] = float(sum);
+    }
+    EXPECT_TRUE(close(got, want, kTolGradF32, "backward dweight row " + std::to_string(o)));
+  }
+}
+
 // Choosing a GEMM algorithm by timing must not change a single bit: the forward, din and the
 // f32 dweight of a timed-plan context equal those of a first-choice context. Shapes large enough
 // that cuBLASLt offers several candidates, including the in-place residual form. The dweight is

@@ -15,7 +15,13 @@ HostRing::HostRing(Context& ctx, int64_t bytes, int slots) : ctx_(ctx), bytes_(b
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device == Device::cuda) {
     host_ = static_cast<char*>(cuda::host_alloc_pinned(total));
-    for (int i = 0; i < slots; ++i) events_.push_back(cuda::event_create());
+    try {
+      for (int i = 0; i < slots; ++i) events_.push_back(cuda::event_create());
+    } catch (...) {  // no destructor runs for a constructor that throws: free what it took
+      for (void* e : events_) cuda::event_destroy(e);
+      cuda::host_free_pinned(host_);
+      throw;
+    }
     return;
   }
 #endif

@@ -83,14 +83,6 @@ __device__ __forceinline__ void load_row_stats(float* lse_s, float* delta_s, int
   }
 }
 
-// Shared memory (floats): K, V, Q, dO (rows, D+1) | P, dS (BQ, BK+1) | lse, delta (BQ) | seg_q,
-// seg_k (ints). The dq kernel uses the same layout (P unused).
-size_t backward_smem_bytes(int D) {
-  return sizeof(float) * (size_t(2 * kBlockK + 2 * kBlockQ) * (D + 1) +
-                          2 * size_t(kBlockQ) * (kBlockK + 1) + 2 * kBlockQ) +
-         sizeof(int) * (kBlockQ + kBlockK);
-}
-
 struct BackwardSmem {
   float *Ks, *Vs, *Qs, *dOs, *P_s, *dS_s, *lse_s, *delta_s;
   int *seg_q, *seg_k;
@@ -297,6 +289,7 @@ void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tens
   const int64_t rows = int64_t(s.B) * s.Hq * s.T;
   float* delta = static_cast<float*>(scratch_buffer(state, rows * int64_t(sizeof(float)), op));
   const size_t smem = backward_smem_bytes(s.D);
+  check_kernels_fit(s.D, smem, state.max_smem_per_block, op);
   const int32_t* seg = segment_ids.present() ? segment_ids.ptr<int32_t>() : nullptr;
   dispatch_float(qkv.dtype, op, [&](auto tag) {
     using T = decltype(tag);
@@ -320,5 +313,7 @@ void attention_backward(Context& ctx, Tensor dqkv, Tensor dout, Tensor out, Tens
     });
   });
 }
+
+int64_t attention_kernels_smem_bytes(int64_t D) { return int64_t(backward_smem_bytes(int(D))); }
 
 }  // namespace ingot::cuda

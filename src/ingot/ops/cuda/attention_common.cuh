@@ -23,6 +23,33 @@ constexpr int kMaxHeadDim = int(kMaxAttentionHeadDim);
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+// Shared memory of the CUDA-core forward (floats): Q (BQ, D+1) | K (BK, D+1) | V (BK, D+1) |
+// S (BQ, BK+1) | m, l, alpha (BQ each) | seg_q (BQ), seg_k (BK) as int.
+inline size_t forward_smem_bytes(int D) {
+  return sizeof(float) * (size_t(kBlockQ + 2 * kBlockK) * (D + 1) + size_t(kBlockQ) * (kBlockK + 1) +
+                          3 * kBlockQ) +
+         sizeof(int) * (kBlockQ + kBlockK);
+}
+
+// Of the CUDA-core backward (floats): K, V, Q, dO (rows, D+1) | P, dS (BQ, BK+1) | lse, delta (BQ) |
+// seg_q, seg_k (ints). The dq kernel uses the same layout (P unused).
+inline size_t backward_smem_bytes(int D) {
+  return sizeof(float) * (size_t(2 * kBlockK + 2 * kBlockQ) * (D + 1) +
+                          2 * size_t(kBlockQ) * (kBlockK + 1) + 2 * kBlockQ) +
+         sizeof(int) * (kBlockQ + kBlockK);
+}
+
+// The CUDA-core kernels take every shape but stage f32 tiles: at D = 128 the backward wants 166400
+// bytes a block, above what sm_86/sm_89 GPUs give (101376). Launched anyway, the kernel failed in
+// cudaFuncSetAttribute with "invalid argument", in step 1 after every arena was allocated.
+inline void check_kernels_fit(int D, size_t smem, int max_smem_per_block, const char* op) {
+  INGOT_CHECK(int64_t(smem) <= max_smem_per_block, op, ": Ingot's CUDA-core attention kernels need ", smem,
+              " bytes of shared memory a block at head_dim ", D, ", and this GPU gives ", max_smem_per_block,
+              " (they run for the fp32 recipe, under INGOT_ATTENTION=kernels, and where neither cuDNN nor the "
+              "tensor-core kernels take the call; train on a GPU with more shared memory a block, such as an A100 "
+              "or H100, or on the CPU)");
+}
+
 struct Shape {
   int B, T, Hq, Hkv, D;
   __host__ __device__ int Htot() const { return Hq + 2 * Hkv; }

@@ -177,6 +177,11 @@ constexpr int64_t kMaxAttentionHeadDim = 128;
 enum class AttentionKernels { cudnn, tensor_cores, cuda_cores };
 AttentionKernels attention_kernels_for(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, bool packed_rows);
 
+// Shared memory a block of the CUDA-core kernels takes at head dim D (the backward's, the larger):
+// for the memory plan, which refuses a run whose attention can only take them on a GPU that gives
+// less (sm_86/sm_89 at D = 128).
+int64_t attention_kernels_smem_bytes(int64_t D);
+
 // Return false when the cuDNN path does not take the call (the caller runs the kernels);
 // arguments are already checked by the entry points.
 bool attention_cudnn_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor segment_ids,

@@ -17,14 +17,6 @@ namespace {
 
 using namespace attention;
 
-// Shared memory (floats): Q (BQ, D+1) | K (BK, D+1) | V (BK, D+1) | S (BQ, BK+1) | m, l, alpha
-// (BQ each) | seg_q (BQ), seg_k (BK) as int.
-size_t forward_smem_bytes(int D) {
-  return sizeof(float) * (size_t(kBlockQ + 2 * kBlockK) * (D + 1) + size_t(kBlockQ) * (kBlockK + 1) +
-                          3 * kBlockQ) +
-         sizeof(int) * (kBlockQ + kBlockK);
-}
-
 template <int DMAX, typename T>
 __global__ void __launch_bounds__(kThreads) attention_forward_kernel(T* out, float* lse, const T* qkv, const int32_t* segment_ids,
                                          Shape s, float scale_log2) {
@@ -193,6 +185,7 @@ void attention_forward(Context& ctx, Tensor out, Tensor lse, Tensor qkv, Tensor 
   attention_set_last_path("kernels");
   INGOT_CHECK(s.D % 8 != 0 || aligned16(qkv.data), op, ": qkv must be 16-byte aligned");
   const size_t smem = forward_smem_bytes(s.D);
+  check_kernels_fit(s.D, smem, state.max_smem_per_block, op);
   const dim3 grid(unsigned(ceil_div(s.T, kBlockQ)), unsigned(s.Hq), unsigned(s.B));
   const float scale_log2 = float(scale) * kLog2e;
   dispatch_float(qkv.dtype, op, [&](auto tag) {

@@ -11,6 +11,7 @@
 // What changes against mma.sync: no fragment loads from shared memory (wgmma reads the swizzled
 // tiles itself, attention_wgmma.cuh), and each product is four instructions for the warpgroup.
 #include <cstdlib>
+#include <memory>
 
 #include "ingot/core/env.h"
 #include "ingot/ops/cuda/attention_wgmma.cuh"
@@ -269,14 +270,14 @@ __global__ void wgmma_code_probe_kernel(int* loaded) {
 }  // namespace
 
 bool attention_wgmma_code_loaded(cudaStream_t stream) {
-  int* flag = nullptr;
-  INGOT_CUDA_CHECK(cudaMalloc(&flag, sizeof(int)));
-  wgmma_code_probe_kernel<<<1, 1, 0, stream>>>(flag);
+  int* raw = nullptr;
+  INGOT_CUDA_CHECK(cudaMalloc(&raw, sizeof(int)));
+  const std::unique_ptr<int, decltype(&cudaFree)> flag(raw, &cudaFree);  // freed on the error paths too
+  wgmma_code_probe_kernel<<<1, 1, 0, stream>>>(flag.get());
   INGOT_LAUNCH_CHECK("wgmma_code_probe_kernel");
   int loaded = 0;
-  INGOT_CUDA_CHECK(cudaMemcpyAsync(&loaded, flag, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  INGOT_CUDA_CHECK(cudaMemcpyAsync(&loaded, flag.get(), sizeof(int), cudaMemcpyDeviceToHost, stream));
   INGOT_CUDA_CHECK(cudaStreamSynchronize(stream));
-  INGOT_CUDA_CHECK(cudaFree(flag));
   return loaded == 1;
 }
 

@@ -45,6 +45,11 @@ bool device_available() {
   return count > 0;
 }
 
+namespace {
+// Does nothing: asking for its attributes tells whether this build holds code for the device.
+__global__ void device_code_probe_kernel() {}
+}  // namespace
+
 CudaState* create_state(int device_index) {
   int count = 0;
   INGOT_CUDA_CHECK(cudaGetDeviceCount(&count));
@@ -56,6 +61,16 @@ CudaState* create_state(int device_index) {
     state->device = device_index;
     cudaDeviceProp prop{};
     INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_index));
+    // A build without code for this GPU (the default is sm_90a: Hopper only) used to fail at its
+    // first kernel, after the memory plan and the weight upload, naming whichever kernel that was.
+    cudaFuncAttributes probe{};
+    if (const cudaError_t image = cudaFuncGetAttributes(&probe, device_code_probe_kernel); image != cudaSuccess) {
+      cudaGetLastError();
+      fail("this build of Ingot holds CUDA code for ", INGOT_CUDA_ARCHITECTURES, " only, and CUDA device ",
+           device_index, " (", prop.name, ") is sm_", prop.major, prop.minor, " (", cudaGetErrorString(image),
+           "): rebuild in a fresh build folder with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor,
+           ", or train on the CPU (device: cpu)");
+    }
     state->num_sms = prop.multiProcessorCount;
     state->max_smem_per_block = static_cast<int>(prop.sharedMemPerBlockOptin);
     INGOT_CUDA_CHECK(cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking));
@@ -169,6 +184,13 @@ int64_t device_memory_total() {
   size_t free_bytes = 0, total_bytes = 0;
   INGOT_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return static_cast<int64_t>(total_bytes);
+}
+
+int64_t device_max_shared_memory_per_block() {
+  int device = 0, bytes = 0;
+  INGOT_CUDA_CHECK(cudaGetDevice(&device));
+  INGOT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
 }
 
 std::string device_name() {

@@ -37,6 +37,7 @@ void copy_to_device_async(void* dst, const void* src, int64_t bytes, CudaState* 
 void copy_to_host_async(void* dst, const void* src, int64_t bytes, CudaState* state);
 int64_t device_memory_free();
 int64_t device_memory_total();
+int64_t device_max_shared_memory_per_block();  // the opt-in limit of the current device
 std::string device_name();
 std::string library_versions();  // "cuBLASLt <v>, cuDNN <v>" as loaded at run time
 

@@ -165,8 +165,27 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
   return best;
 }
 
-MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
+// Destroys what a plan under construction holds unless released: every throw on the way (a failed
+// create, a dtype cuda_type refuses, the timing) used to leak the descriptors made before it.
+struct PlanUnderConstruction {
   MatmulPlan plan;
+  bool released = false;
+  ~PlanUnderConstruction() {
+    if (released) return;
+    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  }
+  MatmulPlan release() {
+    released = true;
+    return plan;
+  }
+};
+
+MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
+  PlanUnderConstruction building;
+  MatmulPlan& plan = building.plan;
   const cublasOperation_t ta = x.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t tb = x.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   INGOT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -186,7 +205,7 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
   INGOT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan.c, cuda_type(x.c_type, op), x.m, x.n, x.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
-  INGOT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  INGOT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));  // destroyed below, before anything can throw
   const int wanted = state.gemm_tuning == GemmTuning::first_choice ? 1 : kMaxCandidates;
   cublasLtMatmulHeuristicResult_t results[kMaxCandidates] = {};
   int returned = 0;
@@ -209,14 +228,7 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
                                               plan.c, pref, wanted, results, &returned);
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  auto destroy = [&] {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
-  };
   if (status != CUBLAS_STATUS_SUCCESS || returned == 0) {
-    destroy();
     fail(op, ": cuBLASLt found no algorithm for m=", x.m, " n=", x.n, " k=", x.k, " trans_a=",
          x.trans_a, " trans_b=", x.trans_b, " types ", dtype_name(x.a_type), "/",
          dtype_name(x.b_type), "->", dtype_name(x.c_type), x.bias ? " +bias" : "", ": ",
@@ -231,18 +243,10 @@ MatmulPlan create_plan(CudaState& state, const MatmulArgs& x, const char* op) {
       continue;
     results[usable++] = results[i];
   }
-  if (usable == 0) {
-    destroy();
-    fail(op, ": cuBLASLt returned no usable algorithm for m=", x.m, " n=", x.n, " k=", x.k);
-  }
-  try {
-    if (x.bias) set_bias_pointer(plan, x.bias);
-    plan.algo = results[choose_by_timing(state, x, plan, results, usable, op)].algo;
-  } catch (...) {
-    destroy();
-    throw;
-  }
-  return plan;
+  if (usable == 0) fail(op, ": cuBLASLt returned no usable algorithm for m=", x.m, " n=", x.n, " k=", x.k);
+  if (x.bias) set_bias_pointer(plan, x.bias);
+  plan.algo = results[choose_by_timing(state, x, plan, results, usable, op)].algo;
+  return building.release();
 }
 
 }  // namespace
