@@ -436,31 +436,28 @@ TEST_F(CudaOps, LinearBeyond2To31Elements) {
   const auto* out_bits = reinterpret_cast<const uint16_t*>(out_bytes.data());
   auto out_at = [&](int64_t n, int64_t o) { return double(bf16_to_f32(out_bits[n * O + o])); };
   const Floats din = download(gdin), dw = download(gdw);
+  auto sum_of = [](int64_t count, const auto& term) {  // an f64 reference sum of term(0 .. count-1)
+    double sum = 0;
+    for (int64_t k = 0; k < count; ++k) sum += term(k);
+    return float(sum);
+  };
   for (int64_t n : {int64_t(0), int64_t(65537), int64_t(130944), int64_t(130945), N - 1}) {
     Floats got(static_cast<size_t>(O)), want(static_cast<size_t>(O));
     for (int64_t o = 0; o < O; ++o) {
-      double sum = 0;
-      for (int64_t i = 0; i < I; ++i) sum += double(x[n * I + i]) * double(w[o * I + i]);
-      want[o] = float(sum);
+      want[o] = sum_of(I, [&](int64_t i) { return double(x[n * I + i]) * double(w[o * I + i]); });
       got[o] = float(out_at(n, o));
     }
     EXPECT_TRUE(close(got, want, kTolBf16, "forward row " + std::to_string(n)));
     // din = dout W, with dout the output as the GPU stored it.
     Floats got_din(din.begin() + n * I, din.begin() + (n + 1) * I), want_din(static_cast<size_t>(I));
-    for (int64_t i = 0; i < I; ++i) {
-      double sum = 0;
-      for (int64_t o = 0; o < O; ++o) sum += out_at(n, o) * double(w[o * I + i]);
-      want_din[i] = float(sum);
-    }
+    for (int64_t i = 0; i < I; ++i)
+      want_din[i] = sum_of(O, [&](int64_t o) { return out_at(n, o) * double(w[o * I + i]); });
     EXPECT_TRUE(close(got_din, want_din, kTolBf16, "backward din row " + std::to_string(n)));
   }
   for (int64_t o : {int64_t(0), int64_t(8191), O - 1}) {  // dweight = dout^T x sums over all N rows
     Floats got(dw.begin() + o * I, dw.begin() + (o + 1) * I), want(static_cast<size_t>(I));
-    for (int64_t i = 0; i < I; ++i) {
-      double sum = 0;
-      for (int64_t n = 0; n < N; ++n) sum += out_at(n, o) * double(x[n * I + i]);
-      want[i] = float(sum);
-    }
+    for (int64_t i = 0; i < I; ++i)
+      want[i] = sum_of(N, [&](int64_t n) { return out_at(n, o) * double(x[n * I + i]); });
     EXPECT_TRUE(close(got, want, kTolGradF32, "backward dweight row " + std::to_string(o)));
   }
 }
