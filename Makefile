@@ -34,7 +34,8 @@ demo: build
 	bash tools/demo.sh $(BUILD)
 
 test: build
-	cd $(BUILD) && ctest -LE cuda --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest -LE cuda --output-on-failure -j $(JOBS); status=$$?; \
+	  bash $(CURDIR)/tools/show_skips.sh .; exit $$status
 
 bench: build
 	bash bench/run.sh $(BUILD)

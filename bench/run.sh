@@ -14,9 +14,9 @@
 # 300 s with --quick); whatever does not fit is reported as skipped.
 set -uo pipefail
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }  # 0 when asked for, 2 on a usage error
 [ $# -ge 1 ] || usage
-case "$1" in -h|--help) usage ;; esac
+case "$1" in -h|--help) usage 0 ;; esac
 BUILD=$1; shift
 # INGOT_EXTRA is run.sh's own per-job variable, set from --ingot-args below: one from the
 # environment would be dropped without a word, and the table would describe a run that did not happen.
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
     --device) DEVICE=$2; shift ;;
     --ingot-args) INGOT_ARGS=$2; shift ;;
     --packed-doc-len) PACKED=$2; shift ;;
-    -h|--help) usage ;;
+    -h|--help) usage 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; usage ;;
   esac
   shift

@@ -52,7 +52,15 @@ def build_text(target_bytes):
         prose = "\n\n".join(" ".join(rng.choice(tokenizer_parity.WORDS) for _ in range(rng.randint(20, 200))) + "."
                             for _ in range(5000))
     unit = prose + "\n\n" + "\n\n".join(code) + "\n\n" + multi + "\n\n"
-    text = unit * max(1, target_bytes // len(unit.encode("utf-8")))
+    # Whole copies while they fit, then the next copy's documents up to --mb: the code part grows
+    # with the repository, and whole copies alone left --mb 8 at one 4.6 MB copy.
+    unit_bytes = len(unit.encode("utf-8"))
+    copies = max(1, target_bytes // unit_bytes)
+    text = unit * copies
+    if copies * unit_bytes < target_bytes:
+        rest = unit.encode("utf-8")[:target_bytes - copies * unit_bytes]
+        cut = rest.rfind(b"\n\n")
+        text += rest[:cut + 2].decode("utf-8") if cut > 0 else ""
     return text, {"prose": len(prose.encode()), "code": sum(len(c.encode()) for c in code),
                   "multilingual": len(multi.encode())}
 
@@ -95,7 +103,8 @@ def parse(line):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--tokenizer", default=os.path.join(ROOT, "..", "shared", "data", "tokenizers", "qwen3"))
+    shared = os.environ.get("INGOT_SHARED_DIR") or os.path.join(ROOT, "..", "shared")
+    parser.add_argument("--tokenizer", default=os.path.join(shared, "data", "tokenizers", "qwen3"))
     parser.add_argument("--mb", type=float, default=8)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--hf-worker", nargs=2, metavar=("TOKENIZER_JSON", "TEXT"), help=argparse.SUPPRESS)

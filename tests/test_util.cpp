@@ -36,6 +36,10 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
 }
 
 std::string source_dir() { return INGOT_SOURCE_DIR; }
+std::string shared_dir() {
+  const char* dir = std::getenv("INGOT_SHARED_DIR");
+  return dir && *dir ? std::string(dir) : std::string(INGOT_SOURCE_DIR) + "/../shared";
+}
 std::string binary_path() { return INGOT_BINARY; }
 
 namespace {

@@ -46,6 +46,9 @@ void fill_normal(std::vector<T>& v, uint64_t seed, double stddev = 1.0) {
 }
 
 std::string source_dir();      // repository root
+// The project's shared folder (its Qwen3 tokenizer): $INGOT_SHARED_DIR, else ../shared beside the
+// repository. Tests that need it skip where it is absent.
+std::string shared_dir();
 std::string binary_path();     // the built `ingot` CLI
 std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process; removed when the process passed
 std::string read_file(const std::string& path);  // whole file, bytes as they are ("" if unreadable)

@@ -28,7 +28,7 @@ using test::error_of;
 namespace {
 
 std::string fixtures() { return test::source_dir() + "/tests/fixtures/chat"; }
-std::string qwen3_dir() { return test::source_dir() + "/../shared/data/tokenizers/qwen3"; }
+std::string qwen3_dir() { return test::shared_dir() + "/data/tokenizers/qwen3"; }
 
 // Today's local date in strftime's `pattern`, as Python's datetime.now().strftime gives it.
 std::string today_as(const char* pattern) {

@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using ingot::test::read_file;
 
-std::string qwen3_dir() { return (fs::path(test::source_dir()) / ".." / "shared" / "data" / "tokenizers" / "qwen3").string(); }
+std::string qwen3_dir() { return (fs::path(test::shared_dir()) / "data" / "tokenizers" / "qwen3").string(); }
 bool have_qwen3() { return fs::exists(fs::path(qwen3_dir()) / "tokenizer.json"); }
 
 // Runs tools/tokenizer_parity.py once per test binary. Returns null (and sets *why) to skip.

@@ -2224,7 +2224,7 @@ TEST_F(Training, ChatSftPackedEndToEnd) {
     int vocab;
   };
   std::vector<Case> cases = {{ingot::test::source_dir() + "/tests/fixtures/chat/llama3_tokenizer/tokenizer.json", "llama", 515}};
-  const std::string qwen3 = ingot::test::source_dir() + "/../shared/data/tokenizers/qwen3/tokenizer.json";
+  const std::string qwen3 = ingot::test::shared_dir() + "/data/tokenizers/qwen3/tokenizer.json";
   if (fs::exists(qwen3)) cases.push_back({qwen3, "qwen3", 151936});
   for (const Case& c : cases) run_chat_sft(c.tokenizer, c.model_type, c.vocab);
 }
