@@ -185,7 +185,7 @@ TEST(Chat, GenerationPromptsMatchTransformers) {
 
 TEST(Chat, Qwen3MatchesTransformers) {
   if (!fs::exists(qwen3_dir() + "/tokenizer.json"))
-    GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared is absent)";
+    GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (no shared folder: see INGOT_SHARED_DIR in the README)";
   const BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir());
   const ChatFormat format = load_chat_format(qwen3_dir());
   EXPECT_EQ(format.name(), "chatml-qwen3");
@@ -206,7 +206,7 @@ TEST(Chat, ChatmlFixtureTokenizerMatchesTransformers) {
 
 TEST(Chat, ChatmlDefaultSystemMatchesTransformers) {
   if (!fs::exists(qwen3_dir() + "/tokenizer.json"))
-    GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared is absent)";
+    GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (no shared folder: see INGOT_SHARED_DIR in the README)";
   const BpeTokenizer tok = BpeTokenizer::from_file(qwen3_dir());
   const ChatFormat format = load_chat_format(fixtures() + "/chatml_default");
   EXPECT_EQ(format.name(), "chatml");

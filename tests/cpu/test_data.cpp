@@ -884,16 +884,17 @@ TEST(DataPrepare, CarriageReturnsEndLines) {
   EXPECT_NE(msg.find("prepare: " + dir + "/bad.txt:3: invalid UTF-8 (byte 0xFF) at column 7"), std::string::npos) << msg;
 }
 
-// Folders are walked through links to folders (each real folder once, so a loop ends); a broken
-// link or a folder that cannot be listed is an error naming it. All three were passed over, and the
-// dataset lost their files without a word.
-TEST(DataPrepare, DirectoryWalkFollowsFolderLinksAndNamesWhatItCannotRead) {
+// Folders are walked through links to folders (each real folder once, so a loop ends, and never a
+// folder that holds the input); a broken link is an error naming it. Both were passed over, and
+// the dataset lost their files without a word.
+TEST(DataPrepare, DirectoryWalkFollowsFolderLinks) {
   const std::string dir = test::temp_dir("prepare_walk_links");
   write_text(dir + "/tree/a/x.txt", "A");
   write_text(dir + "/ext/deep/e.txt", "E");
   write_text(dir + "/ext/f.txt", "F");
   fs::create_symlink("../ext", dir + "/tree/linkdir");
   fs::create_symlink("../../tree", dir + "/tree/a/loop");  // back to the top
+  fs::create_symlink("..", dir + "/tree/up");              // the input's parent: ext, out, ... not read
   fs::create_symlink("../ext/f.txt", dir + "/tree/linkfile");
   ByteTokenizer tok;
   PrepareOptions o;
@@ -908,8 +909,15 @@ TEST(DataPrepare, DirectoryWalkFollowsFolderLinksAndNamesWhatItCannotRead) {
   std::string msg = error_of([&] { prepare_dataset(o, tok); });
   EXPECT_NE(msg.find("prepare: " + dir + "/tree/a/dangling is a symbolic link to nowhere, which does not exist"),
             std::string::npos) << msg;
-  fs::remove(dir + "/tree/a/dangling");
+}
 
+// A folder that cannot be listed, and one that can be listed but whose entries cannot be looked at
+// (read but no search permission, as `chmod -R a-x` leaves), are errors naming them: both were
+// passed over with exit 0.
+TEST(DataPrepare, DirectoryWalkNamesFoldersItCannotRead) {
+  const std::string dir = test::temp_dir("prepare_walk_unreadable");
+  write_text(dir + "/tree/top.txt", "T");
+  write_text(dir + "/tree/sub/s.txt", "S");
   fs::create_directories(dir + "/tree/secret");
   fs::permissions(dir + "/tree/secret", fs::perms::none);
   std::error_code ec;
@@ -917,9 +925,31 @@ TEST(DataPrepare, DirectoryWalkFollowsFolderLinksAndNamesWhatItCannotRead) {
     fs::permissions(dir + "/tree/secret", fs::perms::owner_all);
     GTEST_SKIP() << "running as root: permissions do not bind";
   }
-  msg = error_of([&] { prepare_dataset(o, tok); });
+  ByteTokenizer tok;
+  PrepareOptions o;
+  o.inputs = {dir + "/tree"};
+  o.output_dir = dir + "/out";
+  std::string msg = error_of([&] { prepare_dataset(o, tok); });
   fs::permissions(dir + "/tree/secret", fs::perms::owner_all);
   EXPECT_NE(msg.find("prepare: cannot list folder " + dir + "/tree/secret: Permission denied"), std::string::npos) << msg;
+  fs::permissions(dir + "/tree/sub", fs::perms::owner_read);
+  msg = error_of([&] { prepare_dataset(o, tok); });
+  fs::permissions(dir + "/tree/sub", fs::perms::owner_all);
+  EXPECT_NE(msg.find("prepare: cannot look at " + dir + "/tree/sub/s.txt: Permission denied"), std::string::npos) << msg;
+}
+
+// The report warns when the shards come near the memory maps a process may hold: training maps
+// every shard, and a dataset past vm.max_map_count could not be opened ("mmap failed: Cannot
+// allocate memory", with gigabytes free).
+TEST(DataPrepare, ReportWarnsOfShardsNearTheMapLimit) {
+  const int64_t maps = max_memory_maps();
+  if (maps <= 0) GTEST_SKIP() << "no /proc/sys/vm/max_map_count here";
+  PrepareReport r;
+  r.shards.resize(size_t(maps / 2));
+  EXPECT_EQ(r.to_string().find("warning"), std::string::npos);
+  r.shards.resize(size_t(maps / 2 + 1));
+  EXPECT_NE(r.to_string().find("prepare: warning: " + std::to_string(maps / 2 + 1) + " shards; training maps each one"),
+            std::string::npos) << r.to_string();
 }
 
 // A separator with a line break could never match (lines are compared one at a time), one given

@@ -138,7 +138,7 @@ TEST(BpeTokenizerParity, TrainedLlama3Qwen2Gpt2MatchHfTokenizers) {
 }
 
 TEST(BpeTokenizerParity, RealQwen3MatchesHfTokenizers) {
-  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (../shared/data/tokenizers/qwen3)";
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer at " << qwen3_dir() << " (no shared folder: see INGOT_SHARED_DIR in the README)";
   std::string why;
   const json* data = parity_data(&why);
   if (!data) {

@@ -248,11 +248,18 @@ bool is_blank_document(std::string_view s) {
   return true;
 }
 
+// Whether folder is root or holds it (both real paths).
+bool holds(const fs::path& folder, const fs::path& root) {
+  return std::mismatch(folder.begin(), folder.end(), root.begin(), root.end()).first == folder.end();
+}
+
 // The files under folder, in the order of their paths compared one component after another (each
 // folder's entries sorted by name, and walked in that order). Links to folders are followed, each
-// real folder once (walked holds those entered), so a link loop ends. A broken link or a folder
-// that cannot be listed is an error naming it: passed over, it shrank the dataset without a word.
-void walk_directory(const fs::path& folder, const fs::path& output, std::set<fs::path>& walked,
+// real folder once (walked holds those entered), so a link loop ends, except a link to a folder that
+// holds the input (root, a real path; `up -> ..` would walk the input's whole parent). A broken
+// link, a folder that cannot be listed and an entry that cannot be looked at are errors naming
+// them: passed over, they shrank the dataset without a word.
+void walk_directory(const fs::path& folder, const fs::path& root, const fs::path& output, std::set<fs::path>& walked,
                     std::vector<fs::path>& found) {
   std::error_code ec;
   std::vector<fs::path> entries;
@@ -263,9 +270,12 @@ void walk_directory(const fs::path& folder, const fs::path& output, std::set<fs:
   for (const fs::path& p : entries) {
     if (const std::string link = broken_link_description(p); !link.empty())
       fail("prepare: ", p.string(), " is ", link, " (remove it, or name the inputs to read)");
-    if (fs::is_directory(p, ec)) {  // a link to a folder too
+    const fs::file_status status = fs::status(p, ec);  // through a link
+    if (ec) fail("prepare: cannot look at ", p.string(), ": ", ec.message());
+    if (fs::is_directory(status)) {
       const fs::path real = fs::weakly_canonical(p, ec);
-      if (real != output && walked.insert(real).second) walk_directory(p, output, walked, found);
+      if (real != output && !holds(real, root) && walked.insert(real).second)
+        walk_directory(p, root, output, walked, found);
       continue;
     }
     // An earlier dataset inside an input directory: its shards are binary (skipped below), and
@@ -274,7 +284,7 @@ void walk_directory(const fs::path& folder, const fs::path& output, std::set<fs:
     if ((p.filename() == "meta.json" || is_tokenizer_file_name(p.filename().string())) &&
         fs::exists(p.parent_path() / "train-00000.bin", ec))
       continue;
-    if (fs::is_regular_file(p, ec)) found.push_back(p);
+    if (fs::is_regular_file(status)) found.push_back(p);
   }
 }
 
@@ -298,8 +308,9 @@ std::vector<InputFile> collect_inputs(const PrepareOptions& options, std::vector
     const fs::path root(input);
     if (fs::is_directory(root, ec)) {
       std::vector<fs::path> found;
-      std::set<fs::path> walked{fs::weakly_canonical(root, ec)};
-      walk_directory(root, output, walked, found);
+      const fs::path root_real = fs::weakly_canonical(root, ec);
+      std::set<fs::path> walked{root_real};
+      walk_directory(root, root_real, output, walked, found);
       for (const fs::path& p : found) add(p, true);
     } else if (fs::is_regular_file(root, ec)) {
       add(root, false);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -21,6 +22,8 @@ static_assert(std::endian::native == std::endian::little,
               "shards are little-endian and read in place; a big-endian host needs byte swaps");
 
 namespace {
+
+std::atomic<int64_t> g_mapped_shards{0};  // shards this process holds mapped, for the mmap error
 
 constexpr uint64_t align8(uint64_t n) {
   return (n + 7) & ~uint64_t{7};
@@ -245,15 +248,17 @@ Shard::Shard(const std::string& path) : path_(path) {
   ::close(fd);
   if (map_ == MAP_FAILED) {
     map_ = nullptr;
-    // ENOMEM with memory to spare: the process ran out of maps, one a shard.
-    const int64_t limit = max_memory_maps();
+    // ENOMEM with this many shards mapped: the process ran out of maps, one a shard (an address-space
+    // limit gives ENOMEM too, with few).
+    const int64_t limit = max_memory_maps(), mapped = g_mapped_shards.load();
     fail("shard ", path, ": mmap failed: ", std::strerror(map_errno),
-         map_errno == ENOMEM && limit > 0
-             ? " (each shard is one memory map, and this system allows " + std::to_string(limit) +
-                   " a process (vm.max_map_count): prepare the data again in fewer shards, with a larger "
-                   "--shard-tokens, or raise vm.max_map_count)"
+         map_errno == ENOMEM && limit > 0 && mapped > limit / 2
+             ? " with " + std::to_string(mapped) + " shards mapped (each shard is one memory map, and this system "
+                   "allows " + std::to_string(limit) + " a process, vm.max_map_count): prepare the data again in "
+                   "fewer shards, with a larger --shard-tokens, or raise vm.max_map_count"
              : std::string());
   }
+  ++g_mapped_shards;
   map_bytes_ = file_bytes;
   record_ = MappedFileRecord(map_, file_bytes, path);  // a SIGBUS in the mapping names this file
   try {
@@ -330,7 +335,10 @@ Shard::~Shard() {
 
 void Shard::unmap() {
   record_ = MappedFileRecord();
-  if (map_) ::munmap(map_, map_bytes_);
+  if (map_) {
+    ::munmap(map_, map_bytes_);
+    --g_mapped_shards;
+  }
   map_ = nullptr;
   map_bytes_ = 0;
 }

@@ -78,17 +78,26 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
     if (micro_batch > 65535)
       fail("micro-batch ", micro_batch, " is above 65535, the most rows Ingot's CUDA attention takes; "
            "use gradient_accumulation_steps for a larger batch");
-    // Where only the CUDA-core attention kernels take the run, a GPU that gives them too little shared
-    // memory (sm_86/sm_89 at head_dim 128) is refused now, not in step 1.
-    // (`ingot info` plans for CUDA on machines without a GPU too: nothing to ask there.)
+    // A backward that can only end on the CUDA-core attention kernels, on a GPU that gives them too
+    // little shared memory (sm_86/sm_89 at head_dim 128), is refused now, not in step 1. They take
+    // it for the fp32 recipe, where the shape or INGOT_ATTENTION picks them, and where the
+    // tensor-core kernels would (packed rows, or whole rows cuDNN does not take) but their tiles do
+    // not fit either. (`ingot info` plans for CUDA on machines without a GPU: nothing to ask there.)
     const TrainingMemory::Attention& a = m.attention;
-    if (cuda::device_available() &&
-        (!a.bf16 || cuda::attention_kernels_for(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows) == cuda::AttentionKernels::cuda_cores))
-      if (const int64_t need = cuda::attention_kernels_smem_bytes(a.D), have = cuda::device_max_shared_memory_per_block();
-          need > have)
-        fail("head_dim ", a.D, ": this run's attention takes Ingot's CUDA-core kernels (", a.bf16 ? "as the shape or "
-             "INGOT_ATTENTION picks" : "the fp32 recipe", "), which need ", need, " bytes of shared memory a block at "
-             "this head_dim, and this GPU gives ", have, "; train on a GPU with more (an A100 or H100), or on the CPU");
+    if (cuda::device_available()) {
+      const int64_t have = cuda::device_max_shared_memory_per_block();
+      const cuda::AttentionKernels path = cuda::attention_kernels_for(a.B, a.T, a.Hq, a.Hkv, a.D, a.packed_rows);
+      const bool tensor_core_backward = path == cuda::AttentionKernels::tensor_cores ||
+                                        (path == cuda::AttentionKernels::cudnn && a.packed_rows);
+      const bool cuda_core_backward = !a.bf16 || path == cuda::AttentionKernels::cuda_cores ||
+                                      (tensor_core_backward && cuda::attention_mma_backward_smem_bytes(a.D) > have);
+      if (const int64_t need = cuda::attention_kernels_smem_bytes(a.D); cuda_core_backward && need > have)
+        fail("head_dim ", a.D, ": this run's attention backward takes Ingot's CUDA-core kernels (",
+             !a.bf16 ? "the fp32 recipe" : path == cuda::AttentionKernels::cuda_cores ? "as the shape or INGOT_ATTENTION picks"
+                                                                                       : "the tensor-core kernels' tiles do not fit",
+             "), which need ", need, " bytes of shared memory a block at this head_dim, and this GPU gives ", have,
+             "; train on a GPU with more (an A100 or H100), or on the CPU");
+    }
     const int64_t without = attention_scratch(m.attention, 0);
     const int64_t with = std::min(attention_scratch(m.attention, std::numeric_limits<int64_t>::max()), kBeyondAnyDevice);
     m.attention_workspace = with - without;

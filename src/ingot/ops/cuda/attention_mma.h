@@ -46,6 +46,9 @@ bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool
 const char* attention_mma_kernels();
 // Whether the tensor-core calls of head dim D take the wgmma kernels on ctx's device now.
 bool attention_wgmma_available(Context& ctx, int D);
+// Shared memory a block of the mma.sync backward takes at head dim D (64 or 128; the wgmma kernels
+// run only on Hopper, which gives every tile set room): for the memory plan.
+int64_t attention_mma_backward_smem_bytes(int64_t D);
 // Scratch bytes the forward takes with segment ids (its tile ranges), after subset.scratch_offset.
 int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T);
 

@@ -132,6 +132,10 @@ bool attention_mma_supports(Context& ctx, const Tensor& qkv, int n_q_heads, bool
   return int64_t(smem) <= state_of(ctx, "attention (tensor cores)").max_smem_per_block;
 }
 
+int64_t attention_mma_backward_smem_bytes(int64_t D) {
+  return int64_t(D == 64 ? backward_smem_bytes<64>() : backward_smem_bytes<128>());
+}
+
 int64_t attention_mma_forward_scratch_bytes(int64_t B, int64_t T) {
   return B * ceil_div(T, kTile) * int64_t(sizeof(uint2));
 }

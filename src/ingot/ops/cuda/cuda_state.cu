@@ -69,6 +69,8 @@ CudaState* create_state(int device_index) {
       fail("this build of Ingot holds CUDA code for ", INGOT_CUDA_ARCHITECTURES, " only, and CUDA device ",
            device_index, " (", prop.name, ") is sm_", prop.major, prop.minor, " (", cudaGetErrorString(image),
            "): rebuild in a fresh build folder with -DCMAKE_CUDA_ARCHITECTURES=", prop.major, prop.minor,
+           // sm_90a, not sm_90: the wgmma attention kernels need the architecture-specific code.
+           prop.major == 9 && prop.minor == 0 ? "a" : "",
            ", or train on the CPU (device: cpu)");
     }
     state->num_sms = prop.multiProcessorCount;
