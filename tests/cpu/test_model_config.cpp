@@ -23,9 +23,11 @@ using test::expect_error;
 constexpr const char* kSource = "tiny/config.json";
 
 // A minimal valid config of `model_type` with `extra` keys merged over it (null values delete).
+// Qwen configs name their kv heads: Qwen2Config and Qwen3Config default them to 32.
 std::string config_text(const std::string& model_type, const nlohmann::json& extra = nlohmann::json::object()) {
   nlohmann::json j = {{"model_type", model_type}, {"vocab_size", 256},          {"hidden_size", 64},
                       {"intermediate_size", 128}, {"num_hidden_layers", 2},      {"num_attention_heads", 4}};
+  if (model_type != "llama") j["num_key_value_heads"] = 4;
   for (const auto& [key, value] : extra.items()) {
     if (value.is_null()) j.erase(key);
     else j[key] = value;
@@ -386,6 +388,35 @@ TEST(ModelConfig, ErrorUnsupportedFeatures) {
   expect_parse_error(config_text("llama", {{"hidden_act", "gelu"}}), {"hidden_act", "\"gelu\"", kSource});
   expect_parse_error(config_text("llama", {{"mlp_bias", true}}), {"mlp_bias", kSource});
   expect_parse_error(config_text("llama", {{"attention_dropout", 0.1}}), {"attention_dropout", kSource});
+}
+
+// Keys with which transformers builds or loads another model than the plain one (a review,
+// 2026-12-03): ignored, is_causal false trained a causal model where transformers' is bidirectional,
+// and transformers_weights read model.safetensors where transformers reads the file it names.
+TEST(ModelConfig, KeysThatChangeWhatTransformersBuildsAreRefused) {
+  EXPECT_EQ(parse_model_config(config_text("qwen3", {{"is_causal", true}}), kSource).num_hidden_layers, 2);
+  expect_parse_error(config_text("qwen3", {{"is_causal", false}}),
+                     {"key \"is_causal\" in tiny/config.json is false; only causal attention is supported"});
+  EXPECT_EQ(parse_model_config(config_text("llama", {{"transformers_weights", "model.safetensors"}}), kSource).num_hidden_layers, 2);
+  expect_parse_error(config_text("llama", {{"transformers_weights", "weights-v2.safetensors"}}),
+                     {"key \"transformers_weights\"", "\"weights-v2.safetensors\"", "Ingot reads model.safetensors"});
+  expect_parse_error(config_text("llama", {{"quantization_config", {{"quant_method", "bitsandbytes"}}}}),
+                     {"key \"quantization_config\"", "quantized checkpoints"});
+  expect_parse_error(config_text("llama", {{"per_layer_config", nlohmann::json::object()}}), {"per_layer_config"});
+  expect_parse_error(config_text("qwen3", {{"layer_types", {"full_attention"}}}),
+                     {"key \"layer_types\" in tiny/config.json lists 1 layers, but num_hidden_layers is 2"});
+}
+
+// Qwen2Config and Qwen3Config default num_key_value_heads to 32, not to num_attention_heads as
+// LlamaConfig does: taken as the heads, a config without the key built another model.
+TEST(ModelConfig, QwenKvHeadsDefaultAsInTransformers) {
+  const nlohmann::json heads64 = {{"hidden_size", 4096}, {"num_attention_heads", 64}, {"num_key_value_heads", nullptr}};
+  EXPECT_EQ(parse_model_config(config_text("llama", heads64), kSource).num_key_value_heads, 64);
+  for (const char* arch : {"qwen2", "qwen3"}) {
+    EXPECT_EQ(parse_model_config(config_text(arch, heads64), kSource).num_key_value_heads, 32) << arch;
+    expect_parse_error(config_text(arch, {{"num_key_value_heads", nullptr}}),
+                       {"num_attention_heads (4)", "num_key_value_heads (32)", "where the key is absent: give num_key_value_heads"});
+  }
 }
 
 TEST(ModelConfig, ErrorBadValues) {

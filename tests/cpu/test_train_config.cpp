@@ -73,7 +73,7 @@ TEST(TrainConfig, RelativePathsFallBackToTheConfigFilesDirectory) {
 TEST(TrainConfig, InlineModelConfig) {
   const TrainConfig c = parse_train_config(
       "model_config:\n  model_type: qwen3\n  vocab_size: 64\n  hidden_size: 32\n  intermediate_size: 40\n"
-      "  num_hidden_layers: 1\n  num_attention_heads: 4\n  head_dim: 16\ntrain_data: d\n", "x.yaml");
+      "  num_hidden_layers: 1\n  num_attention_heads: 4\n  num_key_value_heads: 4\n  head_dim: 16\ntrain_data: d\n", "x.yaml");
   const ModelConfig m = resolve_model_config(c);
   EXPECT_EQ(m.architecture, Architecture::qwen3);
   EXPECT_EQ(m.head_dim, 16);

@@ -3,8 +3,10 @@
 // - parse_model_config() returns only configs Ingot can run exactly as transformers would: every
 //   feature that changes the math and is not implemented (sliding windows, MLP biases, non-SiLU
 //   activations, RoPE scalings other than llama3, partial rotary, attention dropout) is an error
-//   naming the key, the value and the file. Unknown keys are ignored (configs carry many that do
-//   not affect the training math: use_cache, transformers_version, ...). pad_token_id is read: it
+//   naming the key, the value and the file, and so are keys that tell transformers to build or load
+//   the model otherwise (is_causal false, transformers_weights, quantization_config,
+//   per_layer_config). Other unknown keys are ignored (configs carry many that do not affect the
+//   training math: use_cache, transformers_version, ...). pad_token_id is read: it
 //   freezes a row of the input embedding, as nn.Embedding's padding_idx does in transformers.
 // - Defaults follow the transformers config classes (LlamaConfig, Qwen2Config, Qwen3Config) where
 //   a key is absent, so a config means the same model here as there.
@@ -191,7 +193,10 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (v <= 0 || v > maximum) fail("key \"", key, "\" in ", source, " must be in [1, ", maximum, "], got ", v);
   }
 
-  config.num_key_value_heads = fields.get_int("num_key_value_heads", config.num_attention_heads);
+  // LlamaConfig's default is num_attention_heads; Qwen2Config's and Qwen3Config's is 32, whatever
+  // the heads (taken as num_attention_heads here, it built another model than transformers does).
+  const bool kv_heads_given = fields.find("num_key_value_heads") != nullptr;
+  config.num_key_value_heads = fields.get_int("num_key_value_heads", arch == Architecture::llama ? config.num_attention_heads : 32);
   // Qwen3Config's default head_dim is 128, independent of hidden_size; the others derive it.
   const int64_t default_head_dim =
       arch == Architecture::qwen3 ? 128 : config.hidden_size / config.num_attention_heads;
@@ -256,6 +261,22 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   }
   if (const double dropout = fields.get_number("attention_dropout", 0.0); dropout != 0.0)
     fail("key \"attention_dropout\" in ", source, " is ", dropout, "; attention dropout is not supported");
+  // Keys with which transformers builds or loads the model otherwise. Ignored, they trained another
+  // model than the one the directory describes, without a word.
+  if (const json* causal = fields.find("is_causal"); causal && *causal != json(true))
+    fail("key \"is_causal\" in ", source, " is ", json_brief(*causal), "; only causal attention is supported");
+  if (const json* weights = fields.find("transformers_weights"); weights && *weights != json("model.safetensors"))
+    fail("key \"transformers_weights\" in ", source, " names ", json_brief(*weights), " as the weights file; Ingot "
+         "reads model.safetensors (or model.safetensors.index.json): rename the file, or remove the key");
+  if (fields.find("quantization_config"))
+    fail("key \"quantization_config\" in ", source, ": quantized checkpoints (and quantizing on load) are not "
+         "supported; use the model's bf16 or f32 weights");
+  if (fields.find("per_layer_config"))
+    fail("key \"per_layer_config\" in ", source, ": per-layer settings are not supported");
+  if (const json* types = fields.find("layer_types"); types && types->is_array() &&
+                                                       int64_t(types->size()) != config.num_hidden_layers)
+    fail("key \"layer_types\" in ", source, " lists ", types->size(), " layers, but num_hidden_layers is ",
+         config.num_hidden_layers);
   if (const double partial = fields.get_number("partial_rotary_factor", 1.0); partial != 1.0)
     fail("key \"partial_rotary_factor\" in ", source, " is ", partial, "; only full rotary embeddings are supported");
 
@@ -264,7 +285,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     fail("key \"num_key_value_heads\" in ", source, " must be > 0, got ", config.num_key_value_heads);
   if (config.num_attention_heads % config.num_key_value_heads != 0)
     fail("num_attention_heads (", config.num_attention_heads, ") in ", source,
-         " is not a multiple of num_key_value_heads (", config.num_key_value_heads, ")");
+         " is not a multiple of num_key_value_heads (", config.num_key_value_heads, ")",
+         kv_heads_given ? "" : ", the default of transformers' " + std::string(arch == Architecture::qwen2 ? "Qwen2Config" : "Qwen3Config") +
+                                   " where the key is absent: give num_key_value_heads");
   if (config.head_dim <= 0 || config.head_dim % 2 != 0 || config.head_dim > 4096)
     fail("head_dim in ", source, " must be positive, even (RoPE rotates pairs) and at most 4096, got ", config.head_dim,
          fields.find("head_dim") ? "" : " (derived as hidden_size / num_attention_heads)");
