@@ -1372,7 +1372,8 @@ TEST_F(Training, NonFiniteGradientNormIsNamedAtItsStep) {
   const std::string tiny = tiny_config(data, root + "/ft", 3, 0);
   EXPECT_NE(0, train("model: " + model + "\n" + tiny.substr(tiny.find("train_data:")), "ft", "--set eval_steps=0", &out));
   EXPECT_NE(out.find("nan at step 1 (loss "), std::string::npos) << out;
-  EXPECT_NE(out.find("at the first update: check the starting weights (" + model + ")"), std::string::npos) << out;
+  EXPECT_NE(out.find("at the first update of this run (values near the float range overflow in the backward); check the "
+                     "starting weights (" + model + ")"), std::string::npos) << out;
 }
 
 // Replacing something never loses it to a failed attempt: a train --overwrite that fails keeps
@@ -1387,7 +1388,7 @@ TEST_F(Training, FailedReplacementsKeepWhatWasThere) {
   // weight decay, which such a learning rate would make refuse the config).
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 3, 0), "run",
                      "--overwrite --set learning_rate=1e300 --set weight_decay=0", &out));
-  EXPECT_NE(out.find("loss became"), std::string::npos) << out;
+  EXPECT_NE(out.find("the loss is nan at step 3; lower learning_rate or max_grad_norm"), std::string::npos) << out;
   EXPECT_EQ(read_file(root + "/run/checkpoint-3/model.safetensors"), weights) << "the old run was not put back";
   for (const auto& entry : fs::directory_iterator(root + "/run"))
     EXPECT_EQ(entry.path().filename().string().find(".replaced-run"), std::string::npos) << entry.path();
@@ -1466,6 +1467,54 @@ TEST_F(Training, NonFiniteWeightsAreNeverSaved) {
             std::string::npos) << out;
   EXPECT_EQ(read_file(dir + "/checkpoint-3/model.safetensors"), good);
   EXPECT_FALSE(fs::exists(dir + "/checkpoint-4"));
+}
+
+// Diverged weights never cost the run its last good checkpoint (a review, 2026-12-03). Every value
+// of the weights can be finite while the forward overflows (lr 1e12: saved, and rotation deleted the
+// checkpoint before it, exit 0), or the weights can be dead, every output the same (lr 1e6: the loss
+// is finite, so they are saved; the next step fails). Now the first validation batch runs through
+// the weights before a save, an evaluation's nan stops the run, and rotation (save_total_limit)
+// waits until a later step has trained soundly on the newest checkpoint.
+TEST_F(Training, DivergedWeightsNeverReplaceTheLastGoodCheckpoint) {
+  std::string out;
+  const std::string dir = root + "/diverging";
+  const std::string limit1 = "--set save_total_limit=1";
+  ASSERT_EQ(0, train(tiny_config(data, dir, 3, 1), "diverging", limit1, &out)) << out;
+  EXPECT_EQ(ingot::list_checkpoints(dir), std::vector<std::string>{dir + "/checkpoint-3"}) << "rotation at the run's end";
+  const std::string good = read_file(dir + "/checkpoint-3/model.safetensors");
+  const std::string diverge = limit1 + " --resume --set weight_decay=0 --set max_grad_norm=0 --set learning_rate=";
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverging", diverge + "1e12", &out));
+  EXPECT_NE(out.find("error: the loss on the first validation batch is nan after step 4: not saved, and no older checkpoint "
+                     "deleted; the newest good checkpoint is " + dir + "/checkpoint-3; lower learning_rate, turn clipping on "
+                     "(max_grad_norm)"), std::string::npos) << out;
+  EXPECT_EQ(ingot::list_checkpoints(dir), std::vector<std::string>{dir + "/checkpoint-3"});
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverging", diverge + "1e12 --set eval_steps=1", &out));
+  EXPECT_NE(out.find("error: the validation loss is nan after step 4: not saved"), std::string::npos) << out;
+  EXPECT_EQ(ingot::list_checkpoints(dir), std::vector<std::string>{dir + "/checkpoint-3"});
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverging", diverge + "1e6", &out));
+  EXPECT_NE(out.find("error: the gradient norm is nan at step 5"), std::string::npos) << out;
+  EXPECT_EQ(ingot::list_checkpoints(dir), (std::vector<std::string>{dir + "/checkpoint-3", dir + "/checkpoint-4"}))
+      << "checkpoint-4 holds the dead weights; checkpoint-3 must stay";
+  EXPECT_EQ(read_file(dir + "/checkpoint-3/model.safetensors"), good);
+  // After a resume, the first update's failure names the checkpoint, not the starting weights.
+  fs::remove_all(dir + "/checkpoint-4");
+  std::string from_checkpoint;
+  EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverging", diverge + "1e300 --set warmup_steps=0", &from_checkpoint));
+  EXPECT_EQ(from_checkpoint.find("starting weights"), std::string::npos) << from_checkpoint;
+}
+
+// A gradient norm of exactly 0 with trained targets stops the run: the activations overflowed and
+// every output is the same (RMSNorm's f32 sum of squares at infinity), and such a run went on at a
+// constant loss of ln 257, saving dead checkpoints, and exited 0.
+TEST_F(Training, AVanishedGradientStopsTheRun) {
+  std::string tiny = tiny_config(data, root + "/dead", 6, 1);
+  tiny.replace(tiny.find("hidden_size: 32"), 15, "hidden_size: 256");
+  tiny.replace(tiny.find("intermediate_size: 48"), 21, "intermediate_size: 704");
+  std::string out;
+  EXPECT_NE(0, train(tiny, "dead", "--set learning_rate=1e3 --set weight_decay=0 --set max_grad_norm=0 --set warmup_steps=0",
+                     &out));
+  EXPECT_NE(out.find("error: the gradient norm is 0 at step 2 (loss 5.549"), std::string::npos) << out;
+  EXPECT_NE(out.find("no parameter gets any gradient"), std::string::npos) << out;
 }
 
 // On resume metrics.jsonl keeps the records up to the checkpoint's step and drops a torn last line

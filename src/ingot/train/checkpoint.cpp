@@ -150,7 +150,8 @@ void write_checkpoint_files(const fs::path& tmp_dir, const fs::path& final_dir, 
   fs::rename(tmp_dir, final_dir);
 }
 
-// Deletes all but the newest keep_last checkpoints; returns a line for each that could not go.
+}  // namespace
+
 std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t keep_last) {
   std::vector<std::string> kept;
   if (keep_last > 0) {
@@ -169,11 +170,10 @@ std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64
   return kept;
 }
 
-}  // namespace
-
 std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
                                          AdamW& optimizer, const CheckpointContents& contents,
-                                         const std::vector<CompanionFile>& companions, int64_t keep_last) {
+                                         const std::vector<CompanionFile>& companions, int64_t keep_last,
+                                         const std::function<void()>& check_before_writing) {
   const fs::path final_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step));
   const fs::path tmp_dir = fs::path(output_dir) / ("checkpoint-" + std::to_string(contents.step) + ".tmp-" +
                                                    std::to_string(::getpid()));
@@ -193,6 +193,7 @@ std::vector<std::string> save_checkpoint(const std::string& output_dir, Context&
            ". Lower learning_rate or max_grad_norm, or check the data");
     }
   }
+  if (check_before_writing) check_before_writing();
   // Whatever stops the writing (a full disk, a folder made read-only) is named with the step and
   // what is kept: a raw "filesystem error: cannot create directories" said neither.
   std::string why;

@@ -9,6 +9,7 @@
 // checkpoint-<step> is always complete. Only the newest save_total_limit are kept.
 #pragma once
 #include <array>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,11 +45,17 @@ struct CheckpointContents {
   nlohmann::json trainer_state;       // everything but the tensors
 };
 
-// Returns one line for each older checkpoint that rotation (keep_last) could not delete: such a
-// checkpoint stays, and the run goes on, since the new one is safely in place.
+// Deletes all but the newest keep_last checkpoints (none where keep_last <= 0); returns a line for
+// each that could not go: such a checkpoint stays, and the run goes on.
+std::vector<std::string> rotate_checkpoints(const std::string& output_dir, int64_t keep_last);
+
+// Saves, then rotates to keep_last (rotate_checkpoints): returns one line for each older checkpoint
+// that could not be deleted, since the new one is safely in place. Weights holding a non-finite
+// value are refused first; then check_before_writing runs (the trainer's loss check), and may throw.
 std::vector<std::string> save_checkpoint(const std::string& output_dir, Context& ctx, Transformer& model,
                                          AdamW& optimizer, const CheckpointContents& contents,
-                                         const std::vector<CompanionFile>& companions, int64_t keep_last);
+                                         const std::vector<CompanionFile>& companions, int64_t keep_last,
+                                         const std::function<void()>& check_before_writing = {});
 // Restores weights, master weights and optimizer state; returns trainer_state.json.
 nlohmann::json load_checkpoint(const std::string& checkpoint_dir, Context& ctx, Transformer& model,
                                AdamW& optimizer);

@@ -56,7 +56,7 @@ const std::vector<ConfigKeyInfo>& train_config_keys() {
       {"eval_steps", "0", "validation loss every N steps; 0: only at the end"},
       {"eval_max_batches", "50", "validation micro-batches per evaluation; 0: all"},
       {"save_steps", "0", "checkpoint every N steps; 0: only at the end"},
-      {"save_total_limit", "2", "keep the last K checkpoints; 0: keep all"},
+      {"save_total_limit", "2", "keep the last K checkpoints (one more until the step after a save has trained soundly on it: docs/formats.md); 0: keep all"},
       {"device", "auto", "auto, cpu or cuda"},
       {"precision", "auto", "auto (cpu: fp32, cuda: bf16), fp32 or bf16"},
       {"master_weights", "true", "bf16: keep f32 master weights for the optimizer"},

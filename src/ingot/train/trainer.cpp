@@ -77,6 +77,14 @@ std::string DeviceContext::description() const {
 
 namespace {
 
+// A double as an error gives it: "nan" for every NaN (iostreams print some as "-nan"), else as <<.
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 std::string format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
   char buf[32];
@@ -768,6 +776,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   }
 
   int64_t start_step = 0;
+  std::string resumed_from;  // the checkpoint --resume loaded, for the advice of a diverged step
   // Updates made so far: AdamW's t, whose bias correction starts over at the first update, not at
   // the first step (a step without trained targets makes none), as torch's AdamW counts step() calls.
   int64_t updates_done = 0;
@@ -822,6 +831,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       fail(c.source_of({"max_steps"}), ": max_steps ", c.max_steps, " is below the step of the checkpoint --resume continues, ",
            dir, " (step ", start_step, "); raise max_steps to train on, or start a new run from it with model: ", dir);
     log << "resumed from " << dir << " at step " << start_step << "\n";
+    resumed_from = dir;
     for (const std::string& change : resume_changes(state, c, recipe, workspace_note, attention_switches(ctx)))
       log << "note: resume: " << change << "\n";
   }
@@ -873,6 +883,47 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
+  // What a step that went numerically wrong says to look at: the weights it started from where no
+  // update of this process came before it, else the learning rate and clipping.
+  auto divergence_advice = [&](bool first_update_of_process) -> std::string {
+    if (first_update_of_process && resumed_from.empty())
+      return "check the starting weights (" + (c.model.empty() ? std::string("init_std") : c.model) + ") and the data";
+    if (first_update_of_process) return "check the checkpoint this run resumed from, " + resumed_from + ", and the data";
+    return c.max_grad_norm > 0 ? "lower learning_rate or max_grad_norm, or check the data"
+                               : "lower learning_rate, turn clipping on (max_grad_norm), or check the data";
+  };
+  // Weights that give a non-finite loss stop the run unsaved, with every older checkpoint kept.
+  auto fail_unsaved = [&](int64_t step, const std::string& what) {
+    const auto kept = list_checkpoints(c.output_dir);
+    fail(what, " after step ", step, ": not saved, and no older checkpoint deleted",
+         kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(), "; ", divergence_advice(false));
+  };
+  // An update can leave every weight finite (1e20, say) and still make the forward overflow: before a
+  // save the first validation batch goes through the weights, unless this step's evaluation has just
+  // run them all. Without validation data there is nothing to run.
+  int64_t evaluated_step = -1;  // the step whose evaluation gave a finite val_loss
+  auto check_weights_before_saving = [&](int64_t step) {
+    if (evaluated_step == step || loader.num_val_windows() == 0) return;
+    val.reset();
+    if (val.next_batch(B, eval_buffers()) == 0) return;
+    int64_t count = 0;
+    for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
+    if (count == 0) return;
+    model.load_batch(eval_batch());
+    if (const double loss = model.forward_loss() / static_cast<double>(count); !std::isfinite(loss))
+      fail_unsaved(step, "the loss on the first validation batch is " + number_text(loss));
+  };
+  // Rotation (save_total_limit) waits until a later step has trained on the newest checkpoint's
+  // weights and found its loss and gradient norm sound: weights whose forward is finite can still be
+  // dead (activations overflowed: every gradient 0), and deleting the checkpoint before them lost the
+  // run's last good one. Until then one checkpoint more is kept.
+  bool rotation_pending = false;
+  auto rotate_now = [&] {
+    if (!rotation_pending) return;
+    for (const std::string& kept : rotate_checkpoints(c.output_dir, c.save_total_limit)) log << "warning: " << kept << "\n";
+    rotation_pending = false;
+  };
+
   int64_t last_saved = -1;
   auto save = [&](int64_t step, bool commit = true) {
     CheckpointContents contents;
@@ -887,9 +938,11 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     contents.trainer_state.update(step_settings(c));
     contents.trainer_state["attention_plan"] = workspace_note;
     contents.trainer_state["attention_switches"] = attention_switches(ctx);
-    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions,
-                                                   c.save_total_limit))
+    const int64_t keep_one_more = c.save_total_limit > 0 ? c.save_total_limit + 1 : 0;
+    for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions, keep_one_more,
+                                                   [&] { check_weights_before_saving(step); }))
       log << "warning: " << kept << "\n";
+    rotation_pending = c.save_total_limit > 0;
     metrics.write_plot();
     last_saved = step;
     if (replaced && commit) replaced->commit();
@@ -946,7 +999,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
         const auto t_eval = std::chrono::steady_clock::now();
         const double v = evaluate();
         if (!loss) window_saving_s += seconds_since(t_eval);  // the window goes on: leave it out
-        if (v >= 0) r.val_loss = v, result.final_val_loss = v;
+        // A NaN failed `v >= 0` and was dropped without a word, and the step's checkpoint saved.
+        if (!std::isfinite(v)) fail_unsaved(done, "the validation loss is " + number_text(v));
+        if (v >= 0) r.val_loss = v, result.final_val_loss = v, evaluated_step = done;
       }
       const double per_step = seconds_since(t_start) / static_cast<double>(done - start_step);
       char line[320];
@@ -989,25 +1044,26 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     const Launched info = in_flight.front();
     in_flight.pop_front();
     const double loss = res.loss_sum / static_cast<double>(info.count);
-    if (!std::isfinite(loss)) {
-      // Before the first update (steps without trained targets make none) the weights are the
-      // starting ones.
-      if (updates_finished == 0)
-        fail("loss is ", loss, " at step ", info.step, ", before any update: check the starting weights (",
-             c.model.empty() ? "init_std" : c.model, ") and the data");
-      fail("loss became ", loss, " at step ", info.step, "; lower learning_rate or check the data");
-    }
+    // Before this process's first update (steps without trained targets make none) the weights are
+    // the starting ones, or the resumed checkpoint's.
+    const bool first = updates_finished == 0;
+    if (!std::isfinite(loss))
+      fail("the loss is ", number_text(loss), " at step ", info.step, first ? ", before any update of this run" : "",
+           "; ", divergence_advice(first));
     // A finite loss with a non-finite gradient norm: the clip scale is nan, so this step's update has
     // made the weights non-finite, and the next loss would blame the learning rate.
-    if (!std::isfinite(res.grad_norm)) {
-      if (updates_finished == 0)
-        fail("the gradient norm is ", res.grad_norm, " at step ", info.step, " (loss ", loss, "), at the first update: "
-             "check the starting weights (", c.model.empty() ? "init_std" : c.model, "): values near the float range "
-             "overflow in the backward");
-      fail("the gradient norm is ", res.grad_norm, " at step ", info.step, " (loss ", loss,
-           "); lower learning_rate or max_grad_norm, or check the data");
-    }
+    if (!std::isfinite(res.grad_norm))
+      fail("the gradient norm is ", number_text(res.grad_norm), " at step ", info.step, " (loss ", loss, ")",
+           first ? ", at the first update of this run (values near the float range overflow in the backward)" : "",
+           "; ", divergence_advice(first));
+    // Exactly 0 with trained targets: no parameter gets any gradient, as when activations have
+    // overflowed and every output is the same (RMSNorm's f32 sum of squares reaches infinity). Such a
+    // run went on "training" at a constant loss, saving dead checkpoints over good ones.
+    if (res.grad_norm == 0.0)
+      fail("the gradient norm is 0 at step ", info.step, " (loss ", loss, "): no parameter gets any gradient, as when the "
+           "activations have overflowed and every output is the same; ", divergence_advice(first));
     ++updates_finished;
+    rotate_now();  // this step trained on the newest checkpoint's weights, soundly
     updates_done = info.update;
     finish_step(info.step, info.lr, loss, res.grad_norm);
   };
@@ -1074,6 +1130,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       }
     }
   }
+  rotate_now();
   const auto checkpoints = list_checkpoints(c.output_dir);
   if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();
   return result;
