@@ -397,7 +397,8 @@ TEST(ModelConfig, KeysThatChangeWhatTransformersBuildsAreRefused) {
   EXPECT_EQ(parse_model_config(config_text("qwen3", {{"is_causal", true}}), kSource).num_hidden_layers, 2);
   expect_parse_error(config_text("qwen3", {{"is_causal", false}}),
                      {"key \"is_causal\" in tiny/config.json is false; only causal attention is supported"});
-  EXPECT_EQ(parse_model_config(config_text("llama", {{"transformers_weights", "model.safetensors"}}), kSource).num_hidden_layers, 2);
+  for (const char* file : {"model.safetensors", "model.safetensors.index.json"})
+    EXPECT_EQ(parse_model_config(config_text("llama", {{"transformers_weights", file}}), kSource).num_hidden_layers, 2);
   expect_parse_error(config_text("llama", {{"transformers_weights", "weights-v2.safetensors"}}),
                      {"key \"transformers_weights\"", "\"weights-v2.safetensors\"", "Ingot reads model.safetensors"});
   expect_parse_error(config_text("llama", {{"quantization_config", {{"quant_method", "bitsandbytes"}}}}),
@@ -414,6 +415,10 @@ TEST(ModelConfig, QwenKvHeadsDefaultAsInTransformers) {
   EXPECT_EQ(parse_model_config(config_text("llama", heads64), kSource).num_key_value_heads, 64);
   for (const char* arch : {"qwen2", "qwen3"}) {
     EXPECT_EQ(parse_model_config(config_text(arch, heads64), kSource).num_key_value_heads, 32) << arch;
+    // An explicit null is None, which both classes read as num_attention_heads.
+    nlohmann::json with_null = nlohmann::json::parse(config_text(arch, heads64));
+    with_null["num_key_value_heads"] = nullptr;
+    EXPECT_EQ(parse_model_config(with_null.dump(), kSource).num_key_value_heads, 64) << arch;
     expect_parse_error(config_text(arch, {{"num_key_value_heads", nullptr}}),
                        {"num_attention_heads (4)", "num_key_value_heads (32)", "where the key is absent: give num_key_value_heads"});
   }

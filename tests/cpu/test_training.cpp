@@ -1493,9 +1493,18 @@ TEST_F(Training, DivergedWeightsNeverReplaceTheLastGoodCheckpoint) {
   EXPECT_EQ(ingot::list_checkpoints(dir), std::vector<std::string>{dir + "/checkpoint-3"});
   EXPECT_NE(0, train(tiny_config(data, dir, 6, 1), "diverging", diverge + "1e6", &out));
   EXPECT_NE(out.find("error: the gradient norm is nan at step 5"), std::string::npos) << out;
+  EXPECT_NE(out.find(dir + "/checkpoint-4 holds the weights this step started from, and --resume would load it: to "
+                     "resume from " + dir + "/checkpoint-3, move it out of " + dir), std::string::npos) << out;
   EXPECT_EQ(ingot::list_checkpoints(dir), (std::vector<std::string>{dir + "/checkpoint-3", dir + "/checkpoint-4"}))
       << "checkpoint-4 holds the dead weights; checkpoint-3 must stay";
   EXPECT_EQ(read_file(dir + "/checkpoint-3/model.safetensors"), good);
+  // Without validation data a training batch of the step goes through the weights before a save.
+  const std::string no_val = root + "/diverging-no-val";
+  ASSERT_EQ(0, train(tiny_config(data, no_val, 3, 1), "diverging-no-val", limit1 + " --set val_fraction=0", &out)) << out;
+  EXPECT_EQ(ingot::list_checkpoints(no_val), std::vector<std::string>{no_val + "/checkpoint-3"});
+  EXPECT_NE(0, train(tiny_config(data, no_val, 6, 1), "diverging-no-val", diverge + "1e12 --set val_fraction=0", &out));
+  EXPECT_NE(out.find("error: the loss on a training batch of the step is nan after step 4: not saved"), std::string::npos) << out;
+  EXPECT_EQ(ingot::list_checkpoints(no_val), std::vector<std::string>{no_val + "/checkpoint-3"});
   // After a resume, the first update's failure names the checkpoint, not the starting weights.
   fs::remove_all(dir + "/checkpoint-4");
   std::string from_checkpoint;
@@ -1515,6 +1524,23 @@ TEST_F(Training, AVanishedGradientStopsTheRun) {
                      &out));
   EXPECT_NE(out.find("error: the gradient norm is 0 at step 2 (loss 5.549"), std::string::npos) << out;
   EXPECT_NE(out.find("no parameter gets any gradient"), std::string::npos) << out;
+}
+
+// A memorised dataset has a loss and a gradient of exactly 0 too: that is no overflow, and the run
+// goes on (the review of the stop above found it stopped "overfit one batch" checks).
+TEST_F(Training, AMemorisedBatchIsNoVanishedGradient) {
+  const std::string dir = root + "/memorised-data";
+  ingot::data::ShardData shard;
+  shard.vocab_size = 257;
+  shard.tokens.assign(20000, 97);  // "aaaa..."
+  shard.document_starts = {0};
+  fs::create_directories(dir);
+  ingot::data::write_shard(dir + "/train-00000.bin", shard);
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(dir, root + "/memorised", 20, 0), "memorised",
+                     "--set learning_rate=0.3 --set lr_scheduler_type=constant --set warmup_steps=0 --set weight_decay=0",
+                     &out)) << out;
+  EXPECT_NE(out.find("step 20/20 | loss 0.0000 | lr 3.000e-01 | grad_norm 0.000"), std::string::npos) << out;
 }
 
 // On resume metrics.jsonl keeps the records up to the checkpoint's step and drops a torn last line

@@ -195,8 +195,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
   // LlamaConfig's default is num_attention_heads; Qwen2Config's and Qwen3Config's is 32, whatever
   // the heads (taken as num_attention_heads here, it built another model than transformers does).
-  const bool kv_heads_given = fields.find("num_key_value_heads") != nullptr;
-  config.num_key_value_heads = fields.get_int("num_key_value_heads", arch == Architecture::llama ? config.num_attention_heads : 32);
+  // (An explicit null is None there, which both classes take as num_attention_heads.)
+  const auto kv_key = root.find("num_key_value_heads");
+  const bool kv_heads_given = kv_key != root.end();
+  config.num_key_value_heads = fields.get_int(
+      "num_key_value_heads", arch == Architecture::llama || kv_heads_given ? config.num_attention_heads : 32);
   // Qwen3Config's default head_dim is 128, independent of hidden_size; the others derive it.
   const int64_t default_head_dim =
       arch == Architecture::qwen3 ? 128 : config.hidden_size / config.num_attention_heads;
@@ -265,7 +268,8 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // model than the one the directory describes, without a word.
   if (const json* causal = fields.find("is_causal"); causal && *causal != json(true))
     fail("key \"is_causal\" in ", source, " is ", json_brief(*causal), "; only causal attention is supported");
-  if (const json* weights = fields.find("transformers_weights"); weights && *weights != json("model.safetensors"))
+  if (const json* weights = fields.find("transformers_weights");
+      weights && *weights != json("model.safetensors") && *weights != json("model.safetensors.index.json"))
     fail("key \"transformers_weights\" in ", source, " names ", json_brief(*weights), " as the weights file; Ingot "
          "reads model.safetensors (or model.safetensors.index.json): rename the file, or remove the key");
   if (fields.find("quantization_config"))

@@ -900,28 +900,51 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
   };
   // An update can leave every weight finite (1e20, say) and still make the forward overflow: before a
   // save the first validation batch goes through the weights, unless this step's evaluation has just
-  // run them all. Without validation data there is nothing to run.
+  // run them all. Without validation data, a copy of the step's first training micro-batch does
+  // (kept in the evaluation buffers, which then serve nothing else).
   int64_t evaluated_step = -1;  // the step whose evaluation gave a finite val_loss
+  const bool check_on_training_batch = loader.num_val_windows() == 0;
+  bool training_batch_kept = false;
+  auto keep_training_batch = [&](const data::BatchBuffers& b) {
+    std::copy_n(b.input_ids, rows, inputs.data());
+    std::copy_n(b.targets, rows, targets.data());
+    std::copy_n(b.positions, rows, positions.data());
+    if (b.segment_ids) std::copy_n(b.segment_ids, rows, segments.data());
+    training_batch_kept = true;
+  };
   auto check_weights_before_saving = [&](int64_t step) {
-    if (evaluated_step == step || loader.num_val_windows() == 0) return;
-    val.reset();
-    if (val.next_batch(B, eval_buffers()) == 0) return;
+    if (evaluated_step == step) return;
+    if (check_on_training_batch) {
+      if (!training_batch_kept) return;
+    } else {
+      val.reset();
+      if (val.next_batch(B, eval_buffers()) == 0) return;
+    }
     int64_t count = 0;
     for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
     if (count == 0) return;
     model.load_batch(eval_batch());
     if (const double loss = model.forward_loss() / static_cast<double>(count); !std::isfinite(loss))
-      fail_unsaved(step, "the loss on the first validation batch is " + number_text(loss));
+      fail_unsaved(step, std::string("the loss on ") + (check_on_training_batch ? "a training batch of the step" : "the first validation batch") +
+                             " is " + number_text(loss));
   };
   // Rotation (save_total_limit) waits until a later step has trained on the newest checkpoint's
   // weights and found its loss and gradient norm sound: weights whose forward is finite can still be
   // dead (activations overflowed: every gradient 0), and deleting the checkpoint before them lost the
   // run's last good one. Until then one checkpoint more is kept.
-  bool rotation_pending = false;
+  std::string unchecked_checkpoint;  // the newest checkpoint, until a step has trained on it soundly
   auto rotate_now = [&] {
-    if (!rotation_pending) return;
+    if (unchecked_checkpoint.empty()) return;
     for (const std::string& kept : rotate_checkpoints(c.output_dir, c.save_total_limit)) log << "warning: " << kept << "\n";
-    rotation_pending = false;
+    unchecked_checkpoint.clear();
+  };
+  // A step that diverged right after a save started from the checkpoint just saved, which --resume
+  // would load: the error says so, and names the one before it.
+  auto diverged_from = [&]() -> std::string {
+    if (unchecked_checkpoint.empty()) return "";
+    const auto all = list_checkpoints(c.output_dir);
+    return "; " + unchecked_checkpoint + " holds the weights this step started from, and --resume would load it" +
+           (all.size() >= 2 ? ": to resume from " + all[all.size() - 2] + ", move it out of " + c.output_dir : std::string());
   };
 
   int64_t last_saved = -1;
@@ -942,7 +965,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions, keep_one_more,
                                                    [&] { check_weights_before_saving(step); }))
       log << "warning: " << kept << "\n";
-    rotation_pending = c.save_total_limit > 0;
+    if (c.save_total_limit > 0) unchecked_checkpoint = (fs::path(c.output_dir) / ("checkpoint-" + std::to_string(step))).string();
     metrics.write_plot();
     last_saved = step;
     if (replaced && commit) replaced->commit();
@@ -1049,19 +1072,20 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     const bool first = updates_finished == 0;
     if (!std::isfinite(loss))
       fail("the loss is ", number_text(loss), " at step ", info.step, first ? ", before any update of this run" : "",
-           "; ", divergence_advice(first));
+           "; ", divergence_advice(first), diverged_from());
     // A finite loss with a non-finite gradient norm: the clip scale is nan, so this step's update has
     // made the weights non-finite, and the next loss would blame the learning rate.
     if (!std::isfinite(res.grad_norm))
       fail("the gradient norm is ", number_text(res.grad_norm), " at step ", info.step, " (loss ", loss, ")",
            first ? ", at the first update of this run (values near the float range overflow in the backward)" : "",
-           "; ", divergence_advice(first));
-    // Exactly 0 with trained targets: no parameter gets any gradient, as when activations have
-    // overflowed and every output is the same (RMSNorm's f32 sum of squares reaches infinity). Such a
-    // run went on "training" at a constant loss, saving dead checkpoints over good ones.
-    if (res.grad_norm == 0.0)
+           "; ", divergence_advice(first), diverged_from());
+    // Exactly 0 with trained targets and a loss well above 0 (a memorised batch has both at 0): no
+    // parameter gets any gradient, as when activations have overflowed and every output is the same
+    // (RMSNorm's f32 sum of squares reaches infinity). Such a run went on "training" at a constant
+    // loss, saving dead checkpoints over good ones.
+    if (res.grad_norm == 0.0 && loss > 1e-3)
       fail("the gradient norm is 0 at step ", info.step, " (loss ", loss, "): no parameter gets any gradient, as when the "
-           "activations have overflowed and every output is the same; ", divergence_advice(first));
+           "activations have overflowed and every output is the same; ", divergence_advice(first), diverged_from());
     ++updates_finished;
     rotate_now();  // this step trained on the newest checkpoint's weights, soundly
     updates_done = info.update;
@@ -1075,6 +1099,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     for (int64_t micro = 0; micro < accum; ++micro) {
       const data::BatchBuffers b = runner.host_batch(micro);
       loader.next_batch(B, b);
+      if (micro == 0 && check_on_training_batch && saves(step + 1)) keep_training_batch(b);
       for (int64_t i = 0; i < rows; ++i) count += b.targets[i] != ops::kIgnoreIndex;
     }
     const double lr = schedule.at(step);
@@ -1130,6 +1155,8 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
       }
     }
   }
+  // The run's last checkpoint, which no step has trained on: its save ran a batch through the weights
+  // (a finite loss), and rotation goes ahead. (Weights dead but finite at the very last step pass.)
   rotate_now();
   const auto checkpoints = list_checkpoints(c.output_dir);
   if (!checkpoints.empty()) result.checkpoint_dir = checkpoints.back();
