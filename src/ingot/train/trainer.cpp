@@ -924,9 +924,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     for (int64_t i = 0; i < rows; ++i) count += targets[i] != ops::kIgnoreIndex;
     if (count == 0) return;
     model.load_batch(eval_batch());
-    if (const double loss = model.forward_loss() / static_cast<double>(count); !std::isfinite(loss))
-      fail_unsaved(step, std::string("the loss on ") + (check_on_training_batch ? "a training batch of the step" : "the first validation batch") +
-                             " is " + number_text(loss));
+    const double loss = model.forward_loss() / static_cast<double>(count);
+    const std::string batch = check_on_training_batch ? "a training batch of the step" : "the first validation batch";
+    if (!std::isfinite(loss)) fail_unsaved(step, "the loss on " + batch + " is " + number_text(loss));
   };
   // Rotation (save_total_limit) waits until a later step has trained on the newest checkpoint's
   // weights and found its loss and gradient norm sound: weights whose forward is finite can still be
