@@ -196,8 +196,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   // LlamaConfig's default is num_attention_heads; Qwen2Config's and Qwen3Config's is 32, whatever
   // the heads (taken as num_attention_heads here, it built another model than transformers does).
   // (An explicit null is None there, which both classes take as num_attention_heads.)
-  const auto kv_key = root.find("num_key_value_heads");
-  const bool kv_heads_given = kv_key != root.end();
+  const bool kv_heads_given = root.contains("num_key_value_heads");
   config.num_key_value_heads = fields.get_int(
       "num_key_value_heads", arch == Architecture::llama || kv_heads_given ? config.num_attention_heads : 32);
   // Qwen3Config's default head_dim is 128, independent of hidden_size; the others derive it.

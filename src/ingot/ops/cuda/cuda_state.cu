@@ -31,6 +31,13 @@ void* scratch_buffer(CudaState& state, int64_t bytes, const char* op) {
   return state.scratch;
 }
 
+void destroy_matmul_plan(MatmulPlan& plan) {
+  if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+  if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+  if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+  if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+  plan = MatmulPlan{};
+}
 
 }  // namespace ingot
 
@@ -99,12 +106,7 @@ void destroy_state(CudaState* state) {
   if (!state) return;
   // Best effort: destruction must not throw, and a failed call here has nothing left to save.
   if (state->stream) cudaStreamSynchronize(state->stream);
-  for (auto& [key, plan] : state->matmul_plans) {
-    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
-  }
+  for (auto& [key, plan] : state->matmul_plans) destroy_matmul_plan(plan);
   if (state->graph_exec) cudaGraphExecDestroy(state->graph_exec);
   if (state->graph) cudaGraphDestroy(state->graph);
   if (state->cublaslt) cublasLtDestroy(state->cublaslt);

@@ -35,6 +35,8 @@ struct MatmulPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
 };
+// Destroys what the plan holds (any part may be null); never throws.
+void destroy_matmul_plan(MatmulPlan& plan);
 
 // How a new matmul plan picks its algorithm (matmul.cu). INGOT_GEMM_TUNE sets it at create_state:
 // "0" first_choice, "report" timed_report, anything else (or unset) timed.

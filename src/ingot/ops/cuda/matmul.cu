@@ -171,11 +171,7 @@ struct PlanUnderConstruction {
   MatmulPlan plan;
   bool released = false;
   ~PlanUnderConstruction() {
-    if (released) return;
-    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
-    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
-    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
-    if (plan.desc) cublasLtMatmulDescDestroy(plan.desc);
+    if (!released) destroy_matmul_plan(plan);
   }
   MatmulPlan release() {
     released = true;
