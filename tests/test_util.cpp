@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include "ingot/core/env.h"
+
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -50,12 +52,12 @@ std::vector<std::filesystem::path>& temp_dirs_made() {
 }
 
 // A test process that passed removes the folders temp_dir made for it; one that failed keeps them
-// to look at, as does any run with INGOT_KEEP_TEST_TMP set. (They used to pile up, one per test
+// to look at, as does any run with INGOT_KEEP_TEST_TMP=1. (They used to pile up, one per test
 // and run, under the working directory's test_tmp.)
 class RemoveTempDirsWhenPassed : public ::testing::Environment {
  public:
   void TearDown() override {
-    if (!::testing::UnitTest::GetInstance()->Passed() || std::getenv("INGOT_KEEP_TEST_TMP")) return;
+    if (!::testing::UnitTest::GetInstance()->Passed() || env_flag("INGOT_KEEP_TEST_TMP")) return;
     // (test_tmp itself stays: removing it could race another process creating its folder there.)
     std::error_code ec;
     for (const std::filesystem::path& dir : temp_dirs_made()) std::filesystem::remove_all(dir, ec);

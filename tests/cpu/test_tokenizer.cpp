@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ingot/core/env.h"
 #include "ingot/core/error.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/data/unicode_nfc.h"
@@ -122,7 +123,7 @@ TEST(BpeTokenizerParity, TrainedLlama3Qwen2Gpt2MatchHfTokenizers) {
     if (why.rfind("FAILED:", 0) == 0) FAIL() << "tools/tokenizer_parity.py failed: " << why;
     // CI (.ci/run) sets INGOT_REQUIRE_REFERENCES=1: there `make deps` installs `tokenizers`, and
     // this test is the encoder's only independent reference, so a failed install must not pass.
-    if (const char* required = std::getenv("INGOT_REQUIRE_REFERENCES"); required && std::string(required) == "1")
+    if (env_flag("INGOT_REQUIRE_REFERENCES"))
       FAIL() << why << " (INGOT_REQUIRE_REFERENCES=1)";
     GTEST_SKIP() << why;
   }
@@ -447,6 +448,7 @@ TEST(BpeTokenizer, DISABLED_Bench) {
   const char* json_path = std::getenv("INGOT_TOKENIZER_BENCH_JSON");
   const char* threads_env = std::getenv("INGOT_TOKENIZER_BENCH_THREADS");
   const int threads = threads_env ? std::atoi(threads_env) : 1;
+  ASSERT_GE(threads, 1) << "INGOT_TOKENIZER_BENCH_THREADS must be a whole number >= 1, got \"" << threads_env << "\"";
   BpeTokenizer tok = BpeTokenizer::from_file(json_path ? json_path : qwen3_dir());
   const std::string text = read_file(text_path);
   std::vector<std::string_view> docs;  // documents are separated by blank lines

@@ -16,6 +16,7 @@
 
 #include "ingot/core/context.h"
 #include "ingot/core/dtype.h"
+#include "ingot/core/env.h"
 #include "ingot/core/error.h"
 #include "ingot/core/tensor.h"
 #include "ingot/ops/cuda/device.h"
@@ -104,10 +105,7 @@ inline std::vector<int32_t> make_segments(int64_t B, int64_t T, uint64_t seed) {
 }
 
 // Perf-mode tests print timings and assert nothing; they run only with INGOT_CUDA_PERF=1.
-inline bool perf_mode() {
-  const char* env = std::getenv("INGOT_CUDA_PERF");
-  return env && std::strcmp(env, "1") == 0;
-}
+inline bool perf_mode() { return env_flag("INGOT_CUDA_PERF"); }
 
 // Median milliseconds (CUDA events on the state's stream) of `iters` runs after `warmup` untimed ones.
 inline double median_ms(CudaState* state, const std::function<void()>& fn, int warmup = 3, int iters = 10) {

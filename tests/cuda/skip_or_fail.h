@@ -5,15 +5,11 @@
 #pragma once
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <string>
+#include "ingot/core/env.h"
 
 namespace ingot::test {
 
-inline bool cuda_tests_may_skip() {
-  const char* value = std::getenv("INGOT_CUDA_TESTS_MAY_SKIP");
-  return value && std::string(value) == "1";
-}
+inline bool cuda_tests_may_skip() { return env_flag("INGOT_CUDA_TESTS_MAY_SKIP"); }
 
 }  // namespace ingot::test
 

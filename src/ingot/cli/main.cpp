@@ -633,7 +633,7 @@ int main(int argc, char** argv) {
                                              : "must be an integer from 0 to 18446744073709551615, got \"" + text + "\"";
           },
           "0 to 2^64-1");
-  generate->add_option("--device", gen.device, "auto | cpu | cuda")->check(one_of({"auto", "cpu", "cuda"}));
+  generate->add_option("--device", gen.device, "auto | cpu | cuda (default auto)")->check(one_of({"auto", "cpu", "cuda"}));
   bool gen_no_special_tokens = false;
   generate->add_flag("--no-special-tokens", gen_no_special_tokens,
                      "do not start the prompt with the tokenizer's special prefix (Llama 3's <|begin_of_text|>)");
@@ -693,7 +693,7 @@ int main(int argc, char** argv) {
       ->check(kInteger)->check(in_range(1, kMaxBenchSteps));
   bench->add_option("--warmup", bench_options.warmup, "untimed steps first (default 3)")
       ->check(kInteger)->check(in_range(0, kMaxBenchSteps));
-  bench->add_option("--device", bench_options.device, "auto | cpu | cuda")->check(one_of({"auto", "cpu", "cuda"}));
+  bench->add_option("--device", bench_options.device, "auto | cpu | cuda (default auto)")->check(one_of({"auto", "cpu", "cuda"}));
   bool bench_no_master_weights = false, bench_no_cuda_graph = false;
   bench->add_flag("--no-master-weights", bench_no_master_weights, "update bf16 weights directly");
   bench->add_option("--grad-dtype", bench_options.recipe.grad_dtype, "f32 | bf16: parameter gradients (default f32)")

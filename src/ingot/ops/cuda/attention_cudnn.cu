@@ -333,9 +333,10 @@ class GraphBuilder {
       }
       const bool report = env_flag("INGOT_ATTENTION_REPORT");
       if (report) {
-        std::printf("[cudnn] %s: heuristics mode %s offers %ld configs\n", what.c_str(),
+        std::fprintf(stderr, "[cudnn] %s: heuristics mode %s offers %ld configs\n", what.c_str(),
                     mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", long(got));
-        for (int64_t i = 0; i < got; ++i) std::printf("[cudnn]   #%ld %s\n", long(i), describe(configs[i]).c_str());
+        for (int64_t i = 0; i < got; ++i)
+          std::fprintf(stderr, "[cudnn]   #%ld %s\n", long(i), describe(configs[i]).c_str());
       }
       for (int64_t i = 0; i < got && !plan_; ++i) {
         cudnnBackendDescriptor_t plan = create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, "plan");
@@ -344,7 +345,7 @@ class GraphBuilder {
         if (!ok()) break;
         if (cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS) {
           plan_ = plan;
-          if (report) std::printf("[cudnn]   chosen #%ld\n", long(i)), std::fflush(stdout);
+          if (report) std::fprintf(stderr, "[cudnn]   chosen #%ld\n", long(i)), std::fflush(stderr);
         } else {
           reasons += " config " + std::to_string(i) + ": " + last_error() + ";";
         }
@@ -356,7 +357,7 @@ class GraphBuilder {
                     CUDNN_STATUS_SUCCESS)
       error_ = "reading the plan's workspace size failed";
     if (ok() && env_flag("INGOT_ATTENTION_REPORT"))
-      std::printf("[cudnn] %s: workspace %.1f MiB\n", what.c_str(), double(workspace_bytes_) / (1 << 20));
+      std::fprintf(stderr, "[cudnn] %s: workspace %.1f MiB\n", what.c_str(), double(workspace_bytes_) / (1 << 20));
   }
 
  private:

@@ -108,7 +108,7 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
   const bool report = state.gemm_tuning == GemmTuning::timed_report;
   const double flops = 2.0 * double(x.m) * double(x.n) * double(x.k);
   if (report)
-    std::printf("[gemm] %s m=%ld n=%ld k=%ld ta=%d tb=%d %s*%s->%s beta=%g%s\n", op, long(x.m),
+    std::fprintf(stderr, "[gemm] %s m=%ld n=%ld k=%ld ta=%d tb=%d %s*%s->%s beta=%g%s\n", op, long(x.m),
                 long(x.n), long(x.k), int(x.trans_a), int(x.trans_b), dtype_name(x.a_type).data(),
                 dtype_name(x.b_type).data(), dtype_name(x.c_type).data(), double(x.beta),
                 x.bias ? " +bias" : "");
@@ -131,7 +131,7 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
     }
     if (!ran) {
       cudaGetLastError();  // a launch failure inside cuBLASLt must not surface at the next check
-      if (report) std::printf("[gemm]   #%d failed to run: excluded\n", i);
+      if (report) std::fprintf(stderr, "[gemm]   #%d failed to run: excluded\n", i);
       if (i == 0) return 0;
       continue;
     }
@@ -153,7 +153,7 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
       best_ms = median;
     }
     if (report)
-      std::printf("[gemm]   #%d tile=%d stages=%d cluster=%d swizzle=%d waves=%.2f  %.3f ms  %.0f TFLOP/s  %s\n",
+      std::fprintf(stderr, "[gemm]   #%d tile=%d stages=%d cluster=%d swizzle=%d waves=%.2f  %.3f ms  %.0f TFLOP/s  %s\n",
                   i, algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
                   algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
                   algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
@@ -161,7 +161,7 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
                   double(candidates[i].wavesCount), double(median), flops / (double(median) * 1e-3) / 1e12,
                   differing ? "different bits: excluded" : "same bits");
   }
-  if (report) std::printf("[gemm]   chosen #%d\n", best), std::fflush(stdout);
+  if (report) std::fprintf(stderr, "[gemm]   chosen #%d\n", best), std::fflush(stderr);
   return best;
 }
 
