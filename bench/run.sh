@@ -183,7 +183,7 @@ with open(results, "a") as f:
 for r in rows:
     shape = f"{r.get('seq')}x{r.get('micro_batch')}"
     if r.get("tokens_per_s"):
-        mfu = f"{100 * r['mfu']:.1f}%" if isinstance(r.get("mfu"), (int, float)) else "?"
+        mfu = f"{100 * r['mfu']:.2f}%" if isinstance(r.get("mfu"), (int, float)) else "?"
         peak = f"{r['peak_gib']:.1f} GiB" if isinstance(r.get("peak_gib"), (int, float)) else "? GiB"
         step = f"{r['step_ms']:.1f}" if isinstance(r.get("step_ms"), (int, float)) else "?"
         msg = f"{r['tokens_per_s'] / 1e3:.1f}k tok/s, MFU {mfu}, {step} ms/step, peak {peak}"
@@ -315,13 +315,13 @@ for r in rows:
         note = "error: " + str(r["error"]).replace("|", "/")[:120]
     rep = r.get("mfu")
     if r["system"] == "ingot" and v and mfu and isinstance(rep, (int, float)) and abs(rep - mfu) > max(0.01 * mfu, 1e-4):
-        note = (note + "; " if note else "") + f"reports MFU {100 * rep:.1f}%"
+        note = (note + "; " if note else "") + f"reports MFU {100 * rep:.2f}%"
     same = ingot.get((m, s, b)) if r["system"] != "ingot" else None
     bst = best.get((m, s)) if r["system"] != "ingot" else None
     system = r["system"] + (f" ({r['options'].lstrip('-')})" if r.get("options") else "")
     cells = [m, system, f"{s}×{b}",
              f"{v / 1e3:.1f}k" if v else "—",
-             f"{100 * mfu:.1f}%" if mfu else "—",
+             f"{100 * mfu:.2f}%" if mfu else "—",
              f"{r['peak_gib']:.1f}" if isinstance(r.get("peak_gib"), (int, float)) and v else "—",
              f"{r['sm_mhz_loaded']:.0f} / {r['power_w_loaded']:.0f}" if r.get("sm_mhz_loaded") and v else "—",
              f"{same / v:.2f}×" if (same and v) else "—",
