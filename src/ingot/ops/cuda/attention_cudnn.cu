@@ -334,7 +334,7 @@ class GraphBuilder {
       const bool report = env_flag("INGOT_ATTENTION_REPORT");
       if (report) {
         std::fprintf(stderr, "[cudnn] %s: heuristics mode %s offers %ld configs\n", what.c_str(),
-                    mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", long(got));
+                     mode == CUDNN_HEUR_MODE_A ? "A" : "fallback", long(got));
         for (int64_t i = 0; i < got; ++i)
           std::fprintf(stderr, "[cudnn]   #%ld %s\n", long(i), describe(configs[i]).c_str());
       }

@@ -109,9 +109,9 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
   const double flops = 2.0 * double(x.m) * double(x.n) * double(x.k);
   if (report)
     std::fprintf(stderr, "[gemm] %s m=%ld n=%ld k=%ld ta=%d tb=%d %s*%s->%s beta=%g%s\n", op, long(x.m),
-                long(x.n), long(x.k), int(x.trans_a), int(x.trans_b), dtype_name(x.a_type).data(),
-                dtype_name(x.b_type).data(), dtype_name(x.c_type).data(), double(x.beta),
-                x.bias ? " +bias" : "");
+                 long(x.n), long(x.k), int(x.trans_a), int(x.trans_b), dtype_name(x.a_type).data(),
+                 dtype_name(x.b_type).data(), dtype_name(x.c_type).data(), double(x.beta),
+                 x.bias ? " +bias" : "");
   int best = 0;
   float best_ms = 0.f;
   for (int i = 0; i < count; ++i) {
@@ -154,12 +154,12 @@ int choose_by_timing(CudaState& state, const MatmulArgs& x, const MatmulPlan& pl
     }
     if (report)
       std::fprintf(stderr, "[gemm]   #%d tile=%d stages=%d cluster=%d swizzle=%d waves=%.2f  %.3f ms  %.0f TFLOP/s  %s\n",
-                  i, algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
-                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
-                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
-                  algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                  double(candidates[i].wavesCount), double(median), flops / (double(median) * 1e-3) / 1e12,
-                  differing ? "different bits: excluded" : "same bits");
+                   i, algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_TILE_ID),
+                   algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID),
+                   algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID),
+                   algo_config(candidates[i].algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                   double(candidates[i].wavesCount), double(median), flops / (double(median) * 1e-3) / 1e12,
+                   differing ? "different bits: excluded" : "same bits");
   }
   if (report) std::fprintf(stderr, "[gemm]   chosen #%d\n", best), std::fflush(stderr);
   return best;
