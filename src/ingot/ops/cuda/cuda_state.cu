@@ -205,6 +205,14 @@ std::string device_name() {
   return prop.name;
 }
 
+int device_compute_capability() {
+  int device = 0;
+  INGOT_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp prop{};
+  INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.major * 10 + prop.minor;
+}
+
 std::string library_versions() {
   std::string s = "cuBLASLt " + std::to_string(cublasLtGetVersion());
 #ifdef INGOT_CUDA_USE_CUDNN

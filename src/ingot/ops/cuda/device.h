@@ -39,6 +39,7 @@ int64_t device_memory_free();
 int64_t device_memory_total();
 int64_t device_max_shared_memory_per_block();  // the opt-in limit of the current device
 std::string device_name();
+int device_compute_capability();  // of the current device: major * 10 + minor (90 on H100/H200)
 std::string library_versions();  // "cuBLASLt <v>, cuDNN <v>" as loaded at run time
 
 // CUDA graph of a whole step: ops enqueued between begin and end are recorded, not run; replay
