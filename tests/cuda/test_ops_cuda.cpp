@@ -862,7 +862,11 @@ TEST_F(CudaOps, AdamW) {
           EXPECT_LE(differing(bf16_bits(download_bytes(gp)), cp.v), midpoint_allowance) << what << " param" << tag;
         if constexpr (std::is_same_v<State, HostBf16>) {
           const std::vector<uint16_t> m_bits = bf16_bits(download_bytes(gm));
-          EXPECT_EQ(differing_by_more_than_one_step(m_bits, cm.v), 0) << what << " m" << tag;
+          // Where beta1 * m and (1 - beta1) * g nearly cancel, the two sides' f32 results (one
+          // fused multiply-add or not) differ by about 2^-24 of the terms, many bf16 steps of the
+          // small result: at n = 4500032 an H200 gave 109 values more than one step apart (2.4e-5
+          // an element; a result below about 2^-16 of its terms is that rare), none at n = 4096 or 999.
+          EXPECT_LE(differing_by_more_than_one_step(m_bits, cm.v), n >> 14) << what << " m" << tag;
           EXPECT_LE(differing(m_bits, cm.v), n / 64) << what << " m" << tag;
           EXPECT_LE(differing(bf16_bits(download_bytes(gv)), cv.v), midpoint_allowance) << what << " v" << tag;
         }
