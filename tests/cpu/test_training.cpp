@@ -23,6 +23,7 @@
 #include "ingot/core/rng.h"
 #include "ingot/data/shard.h"
 #include "ingot/io/safetensors.h"
+#include "ingot/optim/lr_schedule.h"
 #include "ingot/data/bpe_tokenizer.h"
 #include "ingot/train/generate.h"
 #include "ingot/train/metrics.h"
@@ -164,6 +165,44 @@ TEST_F(Training, SameRunTwiceGivesIdenticalBits) {
   EXPECT_EQ(read_file(root + "/a/checkpoint-6/optimizer.safetensors"),
             read_file(root + "/b/checkpoint-6/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(root + "/a/loss.svg"));
+}
+
+// metrics.jsonl as records, one a line.
+std::vector<nlohmann::json> metrics_records(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);)
+    if (!line.empty()) records.push_back(nlohmann::json::parse(line));
+  return records;
+}
+
+// What the logs report, against values known without the trainer. Weights drawn at init_std 1e-8
+// make every logit 0 to within about 1e-12, so any mean of per-target losses is ln(vocab) (to f32's
+// rounding of each),
+// while a sum, a mean over batches or a divisor one off (64 targets a step, 64 a validation pass)
+// is not: the loss at step 1 (lr 0, the warm-up's start) and the val_loss after it (the weights
+// unchanged) must be ln(257). And each step's logged lr must be the schedule's at the step before
+// it (the update count), built from the config's keys, min_lr_ratio among them.
+TEST_F(Training, ReportedLossesAreMeansOverTargetsAndLrFollowsTheSchedule) {
+  std::string config = tiny_config(data, root + "/run", 6, 0);
+  config += "init_std: 1.0e-8\nlr_scheduler_type: cosine\nmin_lr_ratio: 0.1\n";
+  std::string out;
+  ASSERT_EQ(0, train(config, "run", "--set eval_steps=1", &out)) << out;
+  const std::vector<nlohmann::json> records = metrics_records(root + "/run/metrics.jsonl");
+  ASSERT_EQ(records.size(), 6u);
+  EXPECT_NEAR(records[0]["loss"].get<double>(), std::log(257.0), 1e-6);  // per-target losses are f32
+  EXPECT_NEAR(records[0]["val_loss"].get<double>(), std::log(257.0), 1e-6);
+  ingot::LrSchedule schedule;
+  schedule.type = "cosine";
+  schedule.peak = 1e-2;
+  schedule.warmup_steps = 2;
+  schedule.total_steps = 6;
+  schedule.min_lr_ratio = 0.1;
+  for (const nlohmann::json& r : records) {
+    const int64_t step = r["step"].get<int64_t>();
+    EXPECT_NEAR(r["lr"].get<double>(), schedule.at(step - 1), 1e-15) << "step " << step;
+  }
+  EXPECT_GT(records[5]["lr"].get<double>(), 1e-3 - 1e-12);  // the floor: 0.1 of the peak, not 0
 }
 
 // "activations 38.7 MiB" in a run's memory-plan line, in bytes (-1 when absent).
@@ -2734,6 +2773,15 @@ void Training::run_chat_sft(const std::string& tokenizer, const std::string& mod
   ASSERT_EQ(0, train(config, "sft", "--set eval_steps=0 --overwrite", &out)) << out;
   EXPECT_NE(out.find("packed"), std::string::npos) << out;
   EXPECT_NE(out.find("step 3/3"), std::string::npos) << out;
+  // The loss is a mean over the targets the mask keeps: from weights that give every logit 0 it is
+  // ln(vocab) exactly, where a divisor that counted the masked prompt positions gave far less.
+  ASSERT_EQ(0, train(config + "init_std: 1.0e-8\n", "sft-uniform",
+                     "--overwrite --set max_steps=1 --set eval_steps=1 --set output_dir=" + root + "/sft-uniform", &out))
+      << out;
+  const std::vector<nlohmann::json> uniform = metrics_records(root + "/sft-uniform/metrics.jsonl");
+  ASSERT_EQ(uniform.size(), 1u);
+  EXPECT_NEAR(uniform[0]["loss"].get<double>(), std::log(double(vocab)), 1e-6);  // per-target losses are f32
+  EXPECT_NEAR(uniform[0]["val_loss"].get<double>(), std::log(double(vocab)), 1e-6);
   EXPECT_TRUE(fs::exists(root + "/sft/checkpoint-3/tokenizer.json"));  // carried along for generation
   // generate starts the prompt with the tokenizer's special prefix (Llama 3: <|begin_of_text|>), as
   // transformers' tokenizer(prompt) does: the count in the long-prompt warning includes it.
