@@ -52,7 +52,7 @@ std::string TextStream::flush() {
   return text;
 }
 
-static int32_t sample(std::vector<double> logits, double temperature, int64_t top_k, SplitMixRng& rng) {
+int32_t sample_next_token(std::vector<double> logits, double temperature, int64_t top_k, SplitMixRng& rng) {
   const int64_t V = static_cast<int64_t>(logits.size());
   if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> order(static_cast<size_t>(V));
@@ -295,7 +295,7 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
            " of the window: the weights or config.json of ", o.model_dir,
            " give non-finite values (check rope_theta, rms_norm_eps and the weights)");
     }
-    const int32_t next = sample(logits, o.temperature, o.top_k, rng);
+    const int32_t next = sample_next_token(logits, o.temperature, o.top_k, rng);
     if (std::find(stops.begin(), stops.end(), next) != stops.end()) break;
     tokens.push_back(next);
     const std::string piece = stream.push(next);

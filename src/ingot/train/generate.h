@@ -35,6 +35,11 @@ struct GenerateOptions {
   std::string chat_date_string;  // --chat, llama3.1: the date its system turn gives ("": the template's)
 };
 
+struct SplitMixRng;
+// The next token: argmax at temperature <= 0 (greedy), else one draw from softmax(logits /
+// temperature) over the top_k largest logits (0: all), ties broken by id.
+int32_t sample_next_token(std::vector<double> logits, double temperature, int64_t top_k, SplitMixRng& rng);
+
 // Generated ids to text as they come. A character whose UTF-8 bytes span several tokens decodes
 // to U+FFFD until its last byte arrives, so such a tail is held back (at most 3 more tokens: a
 // character has at most 4 bytes) and printed whole.
