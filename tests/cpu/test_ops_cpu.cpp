@@ -1062,7 +1062,7 @@ TEST(StochasticRounding, AllDrawsTogetherAverageToTheValue) {
 // element): over 2^16 elements of one stream, each 16-bit slice (params, m, v) fills 16 equal bins
 // evenly (chi-square, 15 degrees of freedom, below 50: p < 1e-5 for uniform draws), and the
 // correlation between neighbouring elements' slices, and between one element's slices, stays
-// within 0.02 (5 standard deviations at this count).
+// within 0.02 (5 standard deviations at this count); and each bit is set in half of the draws.
 TEST(StochasticRounding, DrawsLookUniformAndUncorrelated) {
   constexpr int64_t n = 1 << 16;
   const uint64_t stream = rounding_stream(3, 17);
@@ -1081,6 +1081,14 @@ TEST(StochasticRounding, DrawsLookUniformAndUncorrelated) {
     // Each product has variance 1/144 for independent uniform slices; the correlation is its sum over n/12.
     EXPECT_LT(std::fabs(neighbours / (n / 12.0)), 0.02) << "slice " << which << ", neighbouring elements";
     EXPECT_LT(std::fabs(within / (n / 12.0)), 0.02) << "slices " << which << " and " << (which + 1) % 3;
+  }
+  // Every one of the 48 bits, set in half of the draws to within 5 standard deviations (256 in
+  // 2^16 draws, 128 each): the bins above see only each slice's top 4 bits, and a slice whose low
+  // bits were stuck at 0 (a bias toward rounding down) passed them.
+  for (int bit = 0; bit < 48; ++bit) {
+    int64_t set = 0;
+    for (int64_t i = 0; i < n; ++i) set += (draws[size_t(i)] >> bit) & 1;
+    EXPECT_LT(std::llabs(2 * set - n), 2 * 5 * 128) << "bit " << bit << " set in " << set << " of " << n;
   }
 }
 
