@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -52,6 +53,15 @@ std::string shared_dir();
 std::string binary_path();     // the built `ingot` CLI
 std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process; removed when the process passed
 std::string read_file(const std::string& path);  // whole file, bytes as they are ("" if unreadable)
+
+// The message of the ingot::Error fn throws ("" if it throws none), with file permissions binding:
+// run directly by a user they bind for, in a forked child that has become uid/gid 65534 (nobody)
+// when the tests run as root (as CI does), where permission tests would otherwise skip. Sets
+// *why and returns "" when that child could not drop root or, as nobody, cannot enter the folder
+// `reach` (a build tree under a private home). fn must not need threads the parent started, nor
+// write outside what nobody may write.
+std::string error_with_permissions_binding(const std::function<void()>& fn, const std::string& reach,
+                                           std::string* why);
 
 // Runs fn, which must throw ingot::Error, and returns its message ("" and a test failure if it
 // does not throw).
