@@ -261,6 +261,11 @@ TEST(ModelConfig, RoundTripThroughJson) {
   EXPECT_EQ(nlohmann::json::parse(model_config_to_json(qwen2))["eos_token_id"], nlohmann::json({5, 3, 4}));
   EXPECT_EQ(qwen2.eos_token_id, 5);
   EXPECT_EQ(j["eos_token_id"], 2);
+  EXPECT_EQ(j["bos_token_id"], 1);
+  // Unset ids are written as null, not left out: LlamaConfig would default an absent bos to 1.
+  const auto q3 = nlohmann::json::parse(model_config_to_json(qwen3));
+  for (const char* key : {"bos_token_id", "pad_token_id"})
+    EXPECT_TRUE(q3.contains(key) && q3[key].is_null()) << key << ": " << q3.dump();
   // Sliding windows written as off in every way transformers reads them: Qwen2Config and
   // Qwen3Config default sliding_window to 4096, and 4.49-4.51 masked with it regardless.
   for (const ModelConfig* c : {&qwen2, &qwen3}) {
