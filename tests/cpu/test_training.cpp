@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -1985,6 +1986,74 @@ TEST_F(Training, TrainAndGenerateNameAConfigThatDisagreesWithTheWeights) {
                      "config.json of " + model + " gives it (4096,32)"), std::string::npos) << out;
   EXPECT_NE(0, run_command(cli() + " generate " + model + " --prompt a --max-new-tokens 1", &out));
   EXPECT_NE(out.find("has shape (48,32) but config.json of " + model + " gives it (4096,32)"), std::string::npos) << out;
+}
+
+// export writes what it was asked for, against the checkpoint's own f32 weights: --dtype f16 and
+// bf16 store every tensor in that dtype, each value the checkpoint's rounded to nearest even once,
+// and config.json's torch_dtype names it (transformers' torch_dtype="auto" loads by it); the
+// default keeps f32. --max-shard-size splits the weights into shards with an index whose map
+// names every tensor. Parsing f16 as bf16, a fixed torch_dtype or a CLI that ignored the shard
+// size passed every test.
+TEST_F(Training, ExportWritesTheDtypeAndShardsAskedFor) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 2), "run", "--set eval_steps=0", &out)) << out;
+  const auto checkpoint = ingot::io::SafeTensorsReader::open(root + "/run/checkpoint-2/model.safetensors");
+  struct Case {
+    const char* flags;
+    ingot::DType dtype;
+    const char* torch_dtype;
+  };
+  for (const Case& c : {Case{"", ingot::DType::f32, "float32"}, Case{"--dtype bf16", ingot::DType::bf16, "bfloat16"},
+                        Case{"--dtype f16", ingot::DType::f16, "float16"},
+                        Case{"--dtype bf16 --max-shard-size 20KB", ingot::DType::bf16, "bfloat16"}}) {
+    SCOPED_TRACE(c.flags);
+    const std::string dir = root + "/hf";
+    ASSERT_EQ(0, run_command(cli() + " export " + root + "/run " + dir + " --overwrite " + c.flags, &out)) << out;
+    const auto config = nlohmann::json::parse(read_file(dir + "/config.json"));
+    EXPECT_EQ(config["torch_dtype"], c.torch_dtype);
+    const bool sharded = std::string(c.flags).find("max-shard-size") != std::string::npos;
+    EXPECT_EQ(fs::exists(dir + "/model.safetensors.index.json"), sharded);
+    EXPECT_EQ(fs::exists(dir + "/model.safetensors"), !sharded);
+    const auto exported = ingot::io::SafeTensorsReader::open(dir);
+    ASSERT_EQ(exported.names(), checkpoint.names());
+    if (sharded) {
+      const auto index = nlohmann::json::parse(read_file(dir + "/model.safetensors.index.json"));
+      std::vector<std::string> mapped;
+      std::set<std::string> files;
+      for (const auto& [name, file] : index["weight_map"].items()) mapped.push_back(name), files.insert(file.get<std::string>());
+      std::sort(mapped.begin(), mapped.end());
+      EXPECT_EQ(mapped, checkpoint.names());
+      EXPECT_GT(files.size(), 1u);
+      for (const std::string& file : files) {
+        const auto shard = ingot::io::SafeTensorsReader::open(dir + "/" + file);
+        int64_t bytes = 0;
+        for (const std::string& name : shard.names()) bytes += shard.get(name).bytes;
+        EXPECT_TRUE(bytes <= 20000 || shard.names().size() == 1) << file << ": " << bytes << " bytes";
+      }
+    }
+    for (const std::string& name : checkpoint.names()) {
+      const ingot::io::SafeTensorInfo& want = checkpoint.get(name);
+      const ingot::io::SafeTensorInfo& got = exported.get(name);
+      ASSERT_EQ(want.dtype, ingot::DType::f32) << name;
+      ASSERT_EQ(got.dtype, c.dtype) << name;
+      ASSERT_EQ(got.numel(), want.numel()) << name;
+      const float* w = static_cast<const float*>(want.data);
+      int64_t differing = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        float value = 0;
+        if (c.dtype == ingot::DType::f32) {
+          std::memcpy(&value, static_cast<const char*>(got.data) + 4 * i, 4);
+          differing += value != w[i];
+        } else {
+          uint16_t bits = 0;
+          std::memcpy(&bits, static_cast<const char*>(got.data) + 2 * i, 2);
+          const uint16_t expected = c.dtype == ingot::DType::bf16 ? ingot::f32_to_bf16(w[i]) : ingot::f32_to_f16(w[i]);
+          differing += bits != expected;
+        }
+      }
+      EXPECT_EQ(differing, 0) << name;
+    }
+  }
 }
 
 TEST_F(Training, ExportGenerateAndInfo) {
