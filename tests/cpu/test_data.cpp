@@ -1171,17 +1171,19 @@ TEST(DataPrepare, APrepareThatFinishedMeanwhileIsNotReplaced) {
 // as whitespace-only text files are.
 TEST(DataPrepare, TruncatedTextKeepsItsEndOfTextToken) {
   const std::string dir = test::temp_dir("prepare_truncate");
-  write_text(dir + "/data.jsonl", "{\"text\": \"abcdefgh\"}\n{\"text\": \" \\n\\t \"}\n{\"text\": \"xy\"}\n");
+  // "abc" with its end-of-text token is exactly max_seq_len: kept whole, not counted as truncated.
+  write_text(dir + "/data.jsonl",
+             "{\"text\": \"abcdefgh\"}\n{\"text\": \" \\n\\t \"}\n{\"text\": \"xy\"}\n{\"text\": \"pqr\"}\n");
   ByteTokenizer tok;
   PrepareOptions o;
   o.inputs = {dir + "/data.jsonl"};
   o.output_dir = dir + "/out";
   o.max_seq_len = 4;
   const PrepareReport r = prepare_dataset(o, tok);
-  EXPECT_EQ(r.num_documents, 2);
+  EXPECT_EQ(r.num_documents, 3);
   EXPECT_EQ(r.truncated, 1);
   Shard s(dir + "/out/train-00000.bin");
-  EXPECT_EQ(tok.decode(shard_tokens(s)), "abc<|endoftext|>xy<|endoftext|>");
+  EXPECT_EQ(tok.decode(shard_tokens(s)), "abc<|endoftext|>xy<|endoftext|>pqr<|endoftext|>");
 }
 
 // An earlier dataset inside an input directory adds nothing: not its shards, its meta.json, or the
