@@ -186,7 +186,9 @@ TEST_P(PackedLoader, EpochServesEveryTokenOnceWithAlignedTargets) {
   const std::span<const DocumentSpan> all(c.docs);
   const auto train_docs = all.first(54), val_docs = all.subspan(54);
 
+  std::vector<std::vector<int64_t>> piece_starts(2);  // each epoch's plan, piece by piece
   for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    for (const PackedPiece& piece : loader.train_plan(epoch).pieces) piece_starts[size_t(epoch)].push_back(piece.begin);
     const int64_t rows = loader.train_plan(epoch).num_rows();
     Rows r(rows, T);
     loader.next_batch(rows, r.buffers());
@@ -200,6 +202,8 @@ TEST_P(PackedLoader, EpochServesEveryTokenOnceWithAlignedTargets) {
     EXPECT_EQ(trained, expected_targets(c, train_docs));
     EXPECT_EQ(loader.cursor().epoch, epoch);
   }
+  // Each epoch is shuffled anew (the same plan every epoch passed the checks above).
+  EXPECT_NE(piece_starts[0], piece_starts[1]);
   if (!padded) {  // packing fills rows well: first-fit over random lengths
     const PackingPlan& plan = loader.train_plan(0);
     EXPECT_GT(static_cast<double>(plan.num_tokens()) / static_cast<double>(plan.num_rows() * T), 0.8);
