@@ -511,6 +511,19 @@ TEST(DataLoader, CursorSaveRestoreResumesExactly) {
   EXPECT_EQ(next_starts(resumed, 20, 4), expected);
   EXPECT_EQ(resumed.save_state(), first.save_state());
 
+  // A checkpoint at the very end of an epoch (45 windows, 5 batches of 9) holds index 45: it
+  // resumes into the next epoch as the run that went on did (it was one index from being refused
+  // as out of range, and no test held it).
+  DataLoader at_end(config);
+  next_starts(at_end, 9, 5);
+  const nlohmann::json end_state = at_end.save_state();
+  EXPECT_EQ(end_state.at("epoch"), 0);
+  EXPECT_EQ(end_state.at("index"), 45);
+  const auto after_end = next_starts(at_end, 9, 2);
+  DataLoader resumed_at_end(config);
+  resumed_at_end.restore_state(nlohmann::json::parse(end_state.dump()));
+  EXPECT_EQ(next_starts(resumed_at_end, 9, 2), after_end);
+
   DataLoader other_seed(counting_config(dir + "/a.bin", 8, 6));
   std::string msg = error_of([&] { other_seed.restore_state(state); });
   EXPECT_NE(msg.find("seed"), std::string::npos) << msg;
