@@ -257,3 +257,42 @@ TEST(TrainStep, PaddingRowOfAnUntiedEmbeddingGetsNoGradient) {
   EXPECT_EQ(row_norm(5), 0.0);
   EXPECT_GT(row_norm(11), 0.0);
 }
+
+// Weight decay at the config's groups, by hand: with zero gradients one AdamW step only decays, so
+// each decayed weight becomes w (1 - lr wd) and every other stays exactly as it was. By default
+// (as torch users group them, and HF's Trainer for norms and biases) only matrices decay; the
+// config's flags add norms and embeddings. The train-step tests compare two optimizers that share
+// any grouping error, and dropping a norm into the decayed ranges passed them.
+TEST(TrainStep, WeightDecayFollowsTheConfigsGroups) {
+  Context ctx;
+  const Recipe recipe = make_recipe("fp64", Device::cpu);
+  const double lr = 1e-2, wd = 0.1;
+  for (const bool decay_all : {false, true}) {
+    Transformer model(tiny(), recipe, ctx, B, T);
+    model.init_random(3);
+    const Tensor w = model.weights();
+    const double* p = w.ptr<double>();
+    const std::vector<double> before(p, p + w.numel());
+    ops::zero(ctx, model.grads());
+    AdamWConfig config;
+    config.weight_decay = wd;
+    config.max_grad_norm = 0;
+    config.decay_norms = config.decay_embeddings = decay_all;
+    AdamW optimizer(model.entries(), recipe, ctx, config, w);
+    optimizer.step(w, model.grads(), lr, 1);
+    int decayed_entries = 0, kept_entries = 0;
+    for (const ParamEntry& e : model.entries()) {
+      const bool decays = e.kind == ParamKind::matrix || decay_all;
+      (decays ? decayed_entries : kept_entries) += 1;
+      for (int64_t i = e.offset; i < e.offset + e.numel; ++i) {
+        if (decays)
+          ASSERT_NEAR(p[i], before[size_t(i)] * (1 - lr * wd), 1e-15 * std::fabs(before[size_t(i)]))
+              << e.name << " [" << i - e.offset << "]";
+        else
+          ASSERT_EQ(p[i], before[size_t(i)]) << e.name << " [" << i - e.offset << "] decayed";
+      }
+    }
+    EXPECT_GT(decayed_entries, 0);
+    if (!decay_all) EXPECT_GT(kept_entries, 0);
+  }
+}
