@@ -11,6 +11,7 @@
 #include "ingot/model/transformer.h"
 #include "ingot/optim/adamw.h"
 #include "ingot/ops/ops.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/train_step.h"
 
 using namespace ingot;
@@ -294,5 +295,34 @@ TEST(TrainStep, WeightDecayFollowsTheConfigsGroups) {
     }
     EXPECT_GT(decayed_entries, 0);
     if (!decay_all) EXPECT_GT(kept_entries, 0);
+  }
+}
+
+// The memory plan (what `ingot info` prints and the trainer checks a run against before step 1)
+// counts what the run allocates: each category is its arena's size to within the arena's
+// alignment slack (the plan leaves that to its 64 MiB margin), and the moments are two values a
+// parameter in the state's dtype (an optimizer charged half passed the suite).
+TEST(TrainStep, MemoryPlanCountsWhatTheRunAllocates) {
+  Context ctx;
+  for (const char* precision : {"fp32", "fp64"}) {
+    SCOPED_TRACE(precision);
+    const Recipe recipe = make_recipe(precision, Device::cpu);
+    const TrainingMemory plan = estimate_training_memory(tiny(), recipe, Device::cpu, B, T);
+    Transformer model(tiny(), recipe, ctx, B, T);
+    AdamW optimizer(model.entries(), recipe, ctx, AdamWConfig{}, model.weights());
+    const Transformer::MemoryUse used = model.memory_use();
+    const std::pair<int64_t, int64_t> categories[] = {{plan.params, used.params},
+                                                      {plan.grads, used.grads},
+                                                      {plan.activations, used.activations},
+                                                      {plan.optimizer, optimizer.state_bytes()},
+                                                      {plan.master, recipe.master_weights ? optimizer.master_bytes() : 0}};
+    for (const auto& [planned, allocated] : categories) {
+      EXPECT_LE(planned, allocated);
+      EXPECT_LT(allocated - planned, 4096);
+    }
+    const int64_t P = total_numel(plan_parameters(tiny()));
+    const int64_t moments = 2 * P * int64_t(dtype_size(recipe.optimizer_state));
+    EXPECT_GE(plan.optimizer, moments);
+    EXPECT_LT(plan.optimizer, moments + 4096);  // alignment only
   }
 }
