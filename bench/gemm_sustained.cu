@@ -21,11 +21,12 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -161,6 +162,14 @@ int main(int argc, char** argv) {
       heuristic_rank.push_back(i);
     }
     const int from_heuristic = int(candidates.size());
+    // A candidate's config attribute as an int (the attributes differ in width; little-endian).
+    auto config = [&](int i, cublasLtMatmulAlgoConfigAttributes_t attribute) {
+      uint64_t value = 0;
+      size_t size = 0, written = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, attribute, nullptr, 0, &size) != 0 || size > 8) return 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, attribute, &value, size, &written);
+      return int(value);
+    };
     if (search) {
       const cudaDataType_t d_type = s.f32_out ? CUDA_R_32F : CUDA_R_16BF;
       int ids[256], id_count = 0;
@@ -188,21 +197,15 @@ int main(int argc, char** argv) {
                                    CUBLASLT_CLUSTER_SHAPE_2x2x1};
       // Only the algorithm ids and stage settings the heuristic itself offers (on H200: id 66, the
       // Hopper kernels; the other ids are older kernels at a few percent of its speed), every tile.
-      std::vector<int> offered_ids, offered_stages;
+      std::set<int> offered_ids, offered_stages;
       for (int i = 0; i < from_heuristic; ++i) {
-        int id = 0, stages = 0;
-        size_t written = 0;
-        cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &written);
-        cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                             sizeof stages, &written);
-        if (std::find(offered_ids.begin(), offered_ids.end(), id) == offered_ids.end()) offered_ids.push_back(id);
-        if (std::find(offered_stages.begin(), offered_stages.end(), stages) == offered_stages.end())
-          offered_stages.push_back(stages);
+        offered_ids.insert(config(i, CUBLASLT_ALGO_CONFIG_ID));
+        offered_stages.insert(config(i, CUBLASLT_ALGO_CONFIG_STAGES_ID));
       }
       std::vector<cublasLtMatmulHeuristicResult_t> accepted_configs;
       int tried = 0;
       for (int n = 0; n < id_count; ++n) {
-        if (std::find(offered_ids.begin(), offered_ids.end(), ids[n]) == offered_ids.end()) continue;
+        if (!offered_ids.count(ids[n])) continue;
         cublasLtMatmulAlgo_t algo;
         if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, CUDA_R_16BF, CUDA_R_16BF, d_type, d_type, ids[n],
                                    &algo) != 0)
@@ -259,13 +262,6 @@ int main(int argc, char** argv) {
     auto gemm = [&](int i, void* out) {
       return cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, out, ld, out, ld, &candidates[i].algo, workspace,
                             workspace_bytes, stream);
-    };
-    auto config = [&](int i, cublasLtMatmulAlgoConfigAttributes_t attribute) {
-      uint64_t value = 0;
-      size_t size = 0, written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, attribute, nullptr, 0, &size) != 0 || size > 8) return 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&candidates[i].algo, attribute, &value, size, &written);
-      return int(value);
     };
     // Burst: 5 calls after a rest long enough for the clock to recover.
     auto burst = [&](int i, double rest_seconds) {

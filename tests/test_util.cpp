@@ -102,27 +102,25 @@ int run_command(const std::string& command, std::string* output) {
 
 std::string error_with_permissions_binding(const std::function<void()>& fn, const std::string& reach,
                                            std::string* why) {
-  auto message_of = [&]() -> std::string {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "";
-  };
-  if (::geteuid() != 0) return message_of();
+  if (::geteuid() != 0) return error_of(fn);
   int fds[2];
   if (::pipe(fds) != 0) {
     *why = "pipe failed";
     return "";
   }
   const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    *why = "fork failed";
+    return "";
+  }
   if (child == 0) {
     ::close(fds[0]);
     const gid_t groups[1] = {65534};
     if (::setgroups(1, groups) != 0 || ::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
     if (::access(reach.c_str(), R_OK | X_OK) != 0) ::_exit(5);
-    const std::string message = message_of();
+    const std::string message = error_of(fn);
     const char* p = message.data();
     for (size_t left = message.size(); left > 0;) {
       const ssize_t n = ::write(fds[1], p, left);
@@ -139,7 +137,7 @@ std::string error_with_permissions_binding(const std::function<void()>& fn, cons
   ::close(fds[0]);
   int status = 0;
   ::waitpid(child, &status, 0);
-  if (child < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     *why = WIFEXITED(status) && WEXITSTATUS(status) == 5
                ? "running as root, and uid 65534 cannot enter " + reach + " to run the check"
                : "running as root, and a child could not run as uid 65534 (status " + std::to_string(status) + ")";

@@ -54,7 +54,7 @@ std::string binary_path();     // the built `ingot` CLI
 std::string temp_dir(const std::string& name);  // fresh empty directory under the build tree, per process; removed when the process passed
 std::string read_file(const std::string& path);  // whole file, bytes as they are ("" if unreadable)
 
-// The message of the ingot::Error fn throws ("" if it throws none), with file permissions binding:
+// error_of(fn) (below), with file permissions binding:
 // run directly by a user they bind for, in a forked child that has become uid/gid 65534 (nobody)
 // when the tests run as root (as CI does), where permission tests would otherwise skip. Sets
 // *why and returns "" when that child could not drop root or, as nobody, cannot enter the folder

@@ -695,10 +695,9 @@ TEST_F(Training, StepWithNoTrainedTargetsLeavesTheWeights) {
                      "--set packing=padded --set micro_batch_size=1 --set gradient_accumulation_steps=1 "
                      "--set save_total_limit=20 --set eval_steps=0", &out)) << out;
   std::vector<int64_t> skipped;
-  std::ifstream metrics(dir + "/metrics.jsonl");
   bool trained = false;
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_records(dir + "/metrics.jsonl")) {
+    const std::string line = j.dump();
     const int64_t step = j.at("step").get<int64_t>();
     if (j.at("loss").is_null()) {
       EXPECT_TRUE(j.at("grad_norm").is_null()) << line;
@@ -742,11 +741,8 @@ TEST_F(Training, FirstUpdateAfterStepsWithoutTargetsIsCorrectedAsTheFirst) {
                             "--set eval_steps=0 --set warmup_steps=0 --set weight_decay=0 --set lr_scheduler_type=constant";
   ASSERT_EQ(0, train(tiny_config(root + "/masked", dir, 12, 1), "late", flags + " --set save_total_limit=20", &out)) << out;
   std::vector<int64_t> trained;  // the steps with targets
-  std::ifstream metrics(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(metrics, line);) {
-    const nlohmann::json j = nlohmann::json::parse(line);
+  for (const nlohmann::json& j : metrics_records(dir + "/metrics.jsonl"))
     if (!j.at("loss").is_null()) trained.push_back(j.at("step").get<int64_t>());
-  }
   ASSERT_GE(trained.size(), 2u) << "fewer than two steps had targets; change the data or the seed\n" << out;
   const int64_t first = trained[0];
   ASSERT_GE(first, 2) << "step 1 had targets; change the data or the seed\n" << out;

@@ -200,8 +200,8 @@ class CudaOps : public CudaFixture {
 
 // ---- memory ---------------------------------------------------------------------------------------
 
-// n = 4096: one full block of the vector path; 12296 ends in a partial block; 5000008 is past the
-// grid's cap (16 blocks an SM), so each thread loops; 1001: the scalar path.
+// n = 4096: exactly one block of the vector path (256 threads, 2 chunks of 8 each); 12296: a last
+// block partly empty; 5000008: 1221 blocks, the last partly empty; 1001: the scalar path.
 TEST_F(CudaOps, ZeroCopyAddInplace) {
   for (int64_t n : {4096, 12296, 5000008, 1001}) {
     const Floats x = randn(n, 1), y = randn(n, 2);

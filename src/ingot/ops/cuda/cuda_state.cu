@@ -206,11 +206,11 @@ std::string device_name() {
 }
 
 int device_compute_capability() {
-  int device = 0;
+  int device = 0, major = 0, minor = 0;
   INGOT_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp prop{};
-  INGOT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return prop.major * 10 + prop.minor;
+  INGOT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  INGOT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
 }
 
 std::string library_versions() {
