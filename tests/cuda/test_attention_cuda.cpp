@@ -440,23 +440,25 @@ TEST_F(CudaAttention, BackwardSplitsToFitTheWorkspaceLimit) {
     const char* path;
   };
   struct Problem {
-    int64_t B, T, Hq, Hkv;
+    int64_t B, T, Hq, Hkv, D;
     std::vector<Limit> limits;  // after the one call at no limit
   };
   const Problem problems[] = {
       // 64 MiB in one call; 2 rows a call; 1 row; 1 row and 1 kv head (4 query heads); nothing fits.
-      {4, 1024, 8, 2, {{64 * MiB, "cudnn"}, {32 * MiB, "cudnn-split"}, {16 * MiB, "cudnn-split"},
-                       {8 * MiB, "cudnn-split"}, {4 * MiB, "mma"}}},
+      {4, 1024, 8, 2, 64, {{64 * MiB, "cudnn"}, {32 * MiB, "cudnn-split"}, {16 * MiB, "cudnn-split"},
+                           {8 * MiB, "cudnn-split"}, {4 * MiB, "mma"}}},
+      // Qwen3's head dim: 1 row a call; 1 row and 1 kv head (the workspace does not depend on D).
+      {2, 1024, 8, 2, 128, {{16 * MiB, "cudnn-split"}, {8 * MiB, "cudnn-split"}}},
       // No grouping: 2 of 4 kv heads a call.
-      {1, 1024, 4, 4, {{4 * MiB, "cudnn-split"}}},
+      {1, 1024, 4, 4, 64, {{4 * MiB, "cudnn-split"}}},
       // Hq * T = 2046 floats: one call is fine, but a one-head slice's lse would start 1023 floats in.
-      {1, 1023, 2, 2, {{cuda::cudnn_backward_workspace_bytes(1, 1023, 2) - 1, "mma"}}},
+      {1, 1023, 2, 2, 64, {{cuda::cudnn_backward_workspace_bytes(1, 1023, 2) - 1, "mma"}}},
   };
   for (const Problem& p : problems) {
     cuda::set_cudnn_backward_workspace_limit(std::numeric_limits<int64_t>::max());
-    const auto [qkv, dout, out, lse, dqkv] = random_problem(p.B, p.T, p.Hq, p.Hkv, 64, 61);
+    const auto [qkv, dout, out, lse, dqkv] = random_problem(p.B, p.T, p.Hq, p.Hkv, p.D, 61);
     const std::string shape = std::to_string(p.B) + " x " + std::to_string(p.T) + ", " + std::to_string(p.Hq) + "/" +
-                              std::to_string(p.Hkv) + " heads";
+                              std::to_string(p.Hkv) + " heads, D = " + std::to_string(p.D);
     ops::attention_forward(gpu, out, lse, qkv, Tensor{}, int(p.Hq), int(p.Hkv), 0.125);
     ASSERT_STREQ(cuda::attention_last_path(), "cudnn") << shape;
     poison(dqkv);
@@ -481,14 +483,15 @@ TEST_F(CudaAttention, BackwardSplitsToFitTheWorkspaceLimit) {
 
 // The trainer needs bitwise-repeatable steps captured in one CUDA graph: packed rows on the
 // tensor-core kernels alone and with cuDNN (the default), three eager runs and a graph replay each,
-// byte for byte.
+// byte for byte, then a replay of the same graph over other documents against their eager run.
 TEST_F(CudaAttention, PackedRowsAreBitwiseReproducibleAndReplay) {
   const int64_t B = 2, T = 1000, Hq = 8, Hkv = 2, D = 128, Htot = Hq + 2 * Hkv;
   Tensor qkv = alloc(DType::bf16, {B, T, Htot, D}), dout = alloc(DType::bf16, {B, T, Hq, D});
   write(qkv, randn_bf16(B * T * Htot * D, 41));
   write(dout, randn_bf16(B * T * Hq * D, 42));
   Tensor seg = alloc(DType::i32, {B, T});
-  const std::vector<int32_t> ids = packed_rows(B, T, 43);
+  const std::vector<int32_t> ids = packed_rows(B, T, 43), other_ids = packed_rows(B, T, 44);
+  ASSERT_NE(ids, other_ids);
   cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
   Tensor out = alloc(DType::bf16, {B, T, Hq, D}), lse = alloc(DType::f32, {B, Hq, T});
   Tensor dqkv = alloc(DType::bf16, {B, T, Htot, D});
@@ -524,6 +527,19 @@ TEST_F(CudaAttention, PackedRowsAreBitwiseReproducibleAndReplay) {
     poison_outputs();
     capture_and_replay(step);
     EXPECT_TRUE(output_bytes() == runs[0]) << path << ": graph replay differs from the eager runs";
+
+    // The trainer replays one graph for every batch: new documents in the same buffer must change
+    // what the replay computes (tile ranges and skipping are derived on the device, not baked in).
+    cuda::copy_to_device(seg.data, other_ids.data(), seg.bytes(), state_);
+    poison_outputs();
+    step();
+    const std::vector<uint8_t> eager_other = output_bytes();
+    EXPECT_FALSE(eager_other == runs[0]) << path << ": the second documents gave the first ones' outputs";
+    poison_outputs();
+    cuda::replay(state_);
+    cuda::synchronize(state_);
+    EXPECT_TRUE(output_bytes() == eager_other) << path << ": a replay with new segment ids differs from eager";
+    cuda::copy_to_device(seg.data, ids.data(), seg.bytes(), state_);
   }
 }
 

@@ -1,8 +1,12 @@
-// The whole model on CUDA (bf16 recipe) against references:
-//   - the Hugging Face float64 fixtures (tests/fixtures): logits, loss and every gradient;
+// The whole model on CUDA against references:
+//   - the Hugging Face float64 fixtures (tests/fixtures): logits, loss and every gradient in the
+//     bf16 recipe; in the fp32 recipe also the weights after one AdamW step;
 //   - packing: a packed row of two documents (segment ids) equals each document run alone.
-// Tolerances (norm-wise relative, bf16 weights and activations, f32 gradients): logits and loss
-// <= 2e-2, gradients <= 5e-2 against float64 HF; packed vs separate on the same backend <= 2e-2.
+// Tolerances (norm-wise relative) against float64 HF: bf16 recipe (bf16 weights and activations,
+// f32 gradients) logits and loss <= 2e-2, gradients <= 5e-2; fp32 recipe the CPU backend's fp32
+// bounds, logits and loss <= 1e-5, gradients and updated weights <= 1e-4 (cuBLASLt computes in
+// f32 without TF32, so only the summation order differs from the CPU). Packed vs separate on the
+// same backend <= 2e-2.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,11 +18,40 @@
 #include "ingot/model/transformer.h"
 #include "ingot/ops/cuda/device.h"
 #include "ingot/ops/ops.h"
+#include "ingot/optim/adamw.h"
 #include "cuda_test_util.h"
 #include "fixture_util.h"
 #include "test_util.h"
 
 using namespace ingot;
+
+namespace {
+
+struct FixtureBatch {
+  int64_t B = 0, T = 0, count = 0;
+  std::vector<int32_t> input_ids, targets, positions;
+};
+
+// HF shifts labels inside the loss: position t predicts labels[t+1]; the last position has none.
+FixtureBatch fixture_batch(const io::SafeTensorsReader& expected) {
+  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
+  FixtureBatch f;
+  f.B = expected.get("input_ids").shape[0];
+  f.T = expected.get("input_ids").shape[1];
+  f.input_ids.resize(f.B * f.T);
+  f.targets.resize(f.B * f.T);
+  f.positions.resize(f.B * f.T);
+  for (int64_t b = 0; b < f.B; ++b)
+    for (int64_t t = 0; t < f.T; ++t) {
+      f.input_ids[b * f.T + t] = static_cast<int32_t>(ids[b * f.T + t]);
+      f.targets[b * f.T + t] = t + 1 < f.T ? static_cast<int32_t>(labels[b * f.T + t + 1]) : ops::kIgnoreIndex;
+      f.positions[b * f.T + t] = static_cast<int32_t>(t);
+      f.count += f.targets[b * f.T + t] != ops::kIgnoreIndex;
+    }
+  return f;
+}
+
+}  // namespace
 
 class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
 
@@ -28,17 +61,7 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
   const ModelConfig config = load_model_config(dir);
   const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
   const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
-  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
-  const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
-  std::vector<int32_t> input_ids(B * T), targets(B * T), positions(B * T);
-  int64_t count = 0;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      input_ids[b * T + t] = static_cast<int32_t>(ids[b * T + t]);
-      targets[b * T + t] = t + 1 < T ? static_cast<int32_t>(labels[b * T + t + 1]) : ops::kIgnoreIndex;
-      positions[b * T + t] = static_cast<int32_t>(t);
-      count += targets[b * T + t] != ops::kIgnoreIndex;
-    }
+  const FixtureBatch f = fixture_batch(expected);
   test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   // The LM head and loss in one chunk, then in chunks of 5 tokens (5, 5, 5, 5 and 4 of the 24):
@@ -46,11 +69,11 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
   // each chunk accumulates its share of the head's weight gradient and the last one is shorter.
   for (const int64_t chunk_tokens : {int64_t{0}, int64_t{5}}) {
     SCOPED_TRACE("logits_chunk_tokens " + std::to_string(chunk_tokens));
-    Transformer model(config, make_recipe("bf16", Device::cuda), ctx, B, T, chunk_tokens);
+    Transformer model(config, make_recipe("bf16", Device::cuda), ctx, f.B, f.T, chunk_tokens);
     io::load_hf_weights(ctx, dir, model.entries(), model.weights());
-    model.load_batch({input_ids.data(), targets.data(), positions.data(), nullptr});
+    model.load_batch({f.input_ids.data(), f.targets.data(), f.positions.data(), nullptr});
     const std::vector<double> logits = model.forward_logits();
-    const double loss = model.forward_backward(1.0 / static_cast<double>(count)) / static_cast<double>(count);
+    const double loss = model.forward_backward(1.0 / static_cast<double>(f.count)) / static_cast<double>(f.count);
     const std::vector<double> grads = to_host_doubles(ctx, model.grads());
 
     EXPECT_LE(test::relative_error(logits, test::read_fixture_doubles(expected, "logits")), 2e-2);
@@ -62,6 +85,55 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
                 5e-2)
           << "grad." << name;
   }
+}
+
+// The fp32 recipe on CUDA: f32 weights and activations throughout, attention on the CUDA-core
+// kernels, so the CPU backend's fp32 bounds hold, and one AdamW step (the fixture's
+// torch.optim.AdamW: decay on every parameter, no clipping) lands where HF's does.
+TEST_P(CudaHfFixture, MatchesTransformersInFloat32) {
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
+  const std::string dir = test::source_dir() + "/tests/fixtures/" + GetParam();
+  const ModelConfig config = load_model_config(dir);
+  const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
+  const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
+  const FixtureBatch f = fixture_batch(expected);
+  test::CudaContext cuda_ctx;
+  Context& ctx = cuda_ctx.ctx;
+  const Recipe recipe = make_recipe("fp32", Device::cuda);
+  Transformer model(config, recipe, ctx, f.B, f.T);
+  io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  model.load_batch({f.input_ids.data(), f.targets.data(), f.positions.data(), nullptr});
+  const std::vector<double> logits = model.forward_logits();
+  const double loss = model.forward_backward(1.0 / static_cast<double>(f.count)) / static_cast<double>(f.count);
+  const std::vector<double> grads = to_host_doubles(ctx, model.grads());
+
+  AdamWConfig adam;
+  adam.beta1 = 0.9;
+  adam.beta2 = 0.95;
+  adam.eps = 1e-8;
+  adam.weight_decay = 0.1;
+  adam.max_grad_norm = 0;
+  adam.decay_norms = adam.decay_biases = adam.decay_embeddings = true;
+  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+  optimizer.step(model.weights(), model.grads(), 1e-2, 1);
+  const std::vector<double> updated = to_host_doubles(ctx, model.weights());
+
+  EXPECT_LE(test::relative_error(logits, test::read_fixture_doubles(expected, "logits")), 1e-5);
+  const double ref_loss = test::read_fixture_doubles(expected, "loss")[0];
+  EXPECT_LE(std::fabs(loss - ref_loss) / ref_loss, 1e-5) << loss << " vs " << ref_loss;
+  int checked = 0;
+  for (const std::string& name : weights.names()) {
+    EXPECT_LE(test::relative_error(test::hf_slice(model.entries(), grads, name),
+                                   test::read_fixture_doubles(expected, "grad." + name)),
+              1e-4)
+        << "grad." << name;
+    EXPECT_LE(test::relative_error(test::hf_slice(model.entries(), updated, name),
+                                   test::read_fixture_doubles(expected, "adamw." + name)),
+              1e-4)
+        << "adamw." << name;
+    ++checked;
+  }
+  EXPECT_GT(checked, 15);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, CudaHfFixture, ::testing::Values("llama", "qwen2", "qwen3"));

@@ -539,32 +539,37 @@ TEST_F(CudaOps, TimedGemmChoiceKeepsTheFirstChoicesBits) {
 TEST_F(CudaOps, Rope) {
   // {Htot, rotated heads, D}: head groups of 8 that end early (6, 40 = 5 x 8, 24, 16 heads);
   // D = 80, 96: the vector path at head dims other models use; D = 20: scalar fallback (D/2 not a
-  // multiple of 8).
+  // multiple of 8). Positions below 8192, then up to Llama 3.1's 131072, where the lowest
+  // frequencies' angles reach 1e5 rad and a fast sincos would lose digits.
   const int64_t shapes[][3] = {{8, 6, 64},   {8, 6, 128},  {8, 6, 20},  {48, 40, 64},
                                {32, 24, 128}, {18, 16, 64}, {8, 6, 80}, {8, 6, 96}};
-  for (const auto& shape_case : shapes) {
-    const int64_t N = 23, Htot = shape_case[0], rotated = shape_case[1], D = shape_case[2];
-    const Dims shape{N, Htot, D};
-    const Floats x = randn(N * Htot * D, 50);
-    const std::vector<int32_t> pos = randint(N, 0, 8192, 51);
-    Floats inv_freq(D / 2);
-    for (int64_t i = 0; i < D / 2; ++i)
-      inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * double(i) / double(D)));
-    HostI32 cpos(pos, {N});
-    HostF32 cf(inv_freq, {D / 2});
-    Tensor gpos = upload_i32(pos, {N}), gf = upload(inv_freq, DType::f32, {D / 2});
-    for (int direction : {+1, -1}) {
-      HostF32 cx(x, shape);
-      Tensor gx = upload(x, DType::bf16, shape);
-      if (direction > 0) {
-        ops::rope_forward(cpu, cx.t, cpos.t, cf.t, int(rotated));
-        ops::rope_forward(gpu, gx, gpos, gf, int(rotated));
-      } else {
-        ops::rope_backward(cpu, cx.t, cpos.t, cf.t, int(rotated));
-        ops::rope_backward(gpu, gx, gpos, gf, int(rotated));
+  for (const int32_t max_position : {8192, 131072}) {
+    for (const auto& shape_case : shapes) {
+      const int64_t N = 23, Htot = shape_case[0], rotated = shape_case[1], D = shape_case[2];
+      const Dims shape{N, Htot, D};
+      const Floats x = randn(N * Htot * D, 50);
+      std::vector<int32_t> pos = randint(N, 0, max_position, 51);
+      if (max_position > 8192) pos[0] = max_position - 1;
+      Floats inv_freq(D / 2);
+      for (int64_t i = 0; i < D / 2; ++i)
+        inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * double(i) / double(D)));
+      HostI32 cpos(pos, {N});
+      HostF32 cf(inv_freq, {D / 2});
+      Tensor gpos = upload_i32(pos, {N}), gf = upload(inv_freq, DType::f32, {D / 2});
+      for (int direction : {+1, -1}) {
+        HostF32 cx(x, shape);
+        Tensor gx = upload(x, DType::bf16, shape);
+        if (direction > 0) {
+          ops::rope_forward(cpu, cx.t, cpos.t, cf.t, int(rotated));
+          ops::rope_forward(gpu, gx, gpos, gf, int(rotated));
+        } else {
+          ops::rope_backward(cpu, cx.t, cpos.t, cf.t, int(rotated));
+          ops::rope_backward(gpu, gx, gpos, gf, int(rotated));
+        }
+        EXPECT_TRUE(close(download(gx), cx.v, kTolBf16,
+                          std::string(direction > 0 ? "rope_forward" : "rope_backward") + " D=" + std::to_string(D) +
+                              " positions < " + std::to_string(max_position)));
       }
-      EXPECT_TRUE(close(download(gx), cx.v, kTolBf16,
-                        std::string(direction > 0 ? "rope_forward" : "rope_backward") + " D=" + std::to_string(D)));
     }
   }
 }
