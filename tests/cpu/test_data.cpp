@@ -223,6 +223,36 @@ TEST(Shard, CorruptFilesNameTheFile) {
   msg = error_of([&] { Shard s(dir + "/descending.bin"); });
   EXPECT_NE(msg.find("ascending"), std::string::npos) << msg;
 
+  std::string late_first = bytes;  // the first document must start at token 0
+  const uint64_t one = 1;
+  std::memcpy(late_first.data() + 56, &one, 8);
+  write_text(dir + "/late_first.bin", late_first);
+  msg = error_of([&] { Shard s(dir + "/late_first.bin"); });
+  EXPECT_NE(msg.find("shard " + dir + "/late_first.bin: first document starts at 1, not 0"), std::string::npos) << msg;
+
+  std::string past_end = bytes;  // a document starting at token 5 of 5 would be empty
+  const uint64_t five = 5;
+  std::memcpy(past_end.data() + 64, &five, 8);
+  write_text(dir + "/past_end.bin", past_end);
+  msg = error_of([&] { Shard s(dir + "/past_end.bin"); });
+  EXPECT_NE(msg.find("shard " + dir + "/past_end.bin: document 1 starts at 5, past the last token (5 tokens)"),
+            std::string::npos) << msg;
+
+  // Counts that fit the file's size but not each other: a document and no tokens (header and one
+  // start, 48 bytes), tokens and no documents (header and 5 tokens padded to 16, 56 bytes).
+  auto with_counts = [&](uint64_t tokens, uint64_t documents, const std::string& body) {
+    std::string header = bytes.substr(0, 40);
+    std::memcpy(header.data() + 16, &tokens, 8);
+    std::memcpy(header.data() + 24, &documents, 8);
+    return header + body;
+  };
+  write_text(dir + "/no_tokens.bin", with_counts(0, 1, std::string(8, '\0')));
+  msg = error_of([&] { Shard s(dir + "/no_tokens.bin"); });
+  EXPECT_NE(msg.find("shard " + dir + "/no_tokens.bin: 1 documents but no tokens"), std::string::npos) << msg;
+  write_text(dir + "/no_starts.bin", with_counts(5, 0, bytes.substr(40, 16)));
+  msg = error_of([&] { Shard s(dir + "/no_starts.bin"); });
+  EXPECT_NE(msg.find("shard " + dir + "/no_starts.bin: 5 tokens but no document starts"), std::string::npos) << msg;
+
   msg = error_of([&] { Shard s(dir + "/missing.bin"); });
   EXPECT_NE(msg.find(dir + "/missing.bin"), std::string::npos) << msg;
 
