@@ -119,6 +119,25 @@ CONVERSATIONS = {
         {"role": "user", "content": "Cafe\u0301 or caf\u00e9?"},
         {"role": "assistant", "content": "Both spell cafe\u0301."},
     ],
+    # Qwen3: user turns that wrap a tool response are not queries, so every assistant turn after
+    # the first user turn is after the last query: the non-final one with reasoning keeps its think
+    # block, the one without renders its answer alone.
+    "tool_responses_after_the_query": [
+        {"role": "user", "content": "How warm is Paris?"},
+        {"role": "assistant", "content": "<think>\nLook it up first.\n</think>\n\nChecking the weather."},
+        {"role": "user", "content": "<tool_response>\n{\"paris\": 18}\n</tool_response>"},
+        {"role": "assistant", "content": "And the forecast."},
+        {"role": "user", "content": "<tool_response>\nsunny\n</tool_response>"},
+        {"role": "assistant", "content": "<think>\n18 and sunny.\n</think>\n\nIt is 18 degrees and sunny."},
+    ],
+    # Jinja's trim is Python's str.strip: it removes Unicode whitespace (no-break and ideographic
+    # spaces, NEL, the line separator, the ASCII file separators), not the zero-width space.
+    "unicode_whitespace_trim": [
+        {"role": "user", "content": "\u3000\u00a0no-break and ideographic\u2003\u2028"},
+        {"role": "assistant", "content": "\u0085\u001f answer after NEL\u202f\u3000"},
+        {"role": "user", "content": "\u200bzero width stays\u200b"},
+        {"role": "assistant", "content": "\u00a0\u200b"},
+    ],
 }
 
 # Only in the llama31 fixtures, whose dated turn holds the first system message, trimmed.
