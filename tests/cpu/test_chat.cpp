@@ -51,7 +51,8 @@ std::vector<ChatMessage> case_messages(const nlohmann::json& c) {
 }
 
 // Every case: same ids as transformers; masked runs spell the assistant spans (a run may start
-// with extra whitespace where one token straddles the header's newline and the content).
+// with extra whitespace where one token straddles the header's newline and the content: only
+// inside its first token, so a whole header token trained passes nowhere).
 // nfc: the tokenizer normalizes to NFC, so the tokens spell the NFC form of the rendered text.
 void check_fixture(const std::string& fixture, const BpeTokenizer& tok, const ChatFormat& format,
                    bool nfc) {
@@ -63,9 +64,13 @@ void check_fixture(const std::string& fixture, const BpeTokenizer& tok, const Ch
     EXPECT_EQ(out.tokens, c["ids"].get<std::vector<int32_t>>()) << fixture << " " << name;
     ASSERT_EQ(out.loss_mask.size(), out.tokens.size());
     std::vector<std::string> runs;
+    std::vector<size_t> first_token_bytes;  // of each run
     for (size_t i = 0; i < out.tokens.size(); ++i) {
       if (!out.loss_mask[i]) continue;
-      if (i == 0 || !out.loss_mask[i - 1]) runs.emplace_back();
+      if (i == 0 || !out.loss_mask[i - 1]) {
+        runs.emplace_back();
+        first_token_bytes.push_back(token_bytes(tok, out.tokens[i]).size());
+      }
       runs.back() += token_bytes(tok, out.tokens[i]);
     }
     auto expected = c["trained_texts"].get<std::vector<std::string>>();
@@ -77,6 +82,7 @@ void check_fixture(const std::string& fixture, const BpeTokenizer& tok, const Ch
       const std::string extra = runs[r].substr(0, runs[r].size() - expected[r].size());
       EXPECT_EQ(runs[r].substr(extra.size()), expected[r]) << fixture << " " << name << " run " << r;
       EXPECT_EQ(extra.find_first_not_of(" \n"), std::string::npos) << name << " run " << r;
+      EXPECT_LT(extra.size(), first_token_bytes[r]) << fixture << " " << name << " run " << r << ": a whole token before the span is trained";
     }
     const TokenizedChat all = tokenize_chat(format, tok, case_messages(c), true);
     EXPECT_EQ(all.tokens, out.tokens);
