@@ -1,10 +1,13 @@
 // Helpers for tests that read the Hugging Face fixtures (tests/fixtures/<arch>/).
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ingot/io/safetensors.h"
 #include "ingot/model/parameters.h"
+#include "ingot/ops/ops.h"
+#include "ingot/optim/adamw.h"
 
 namespace ingot::test {
 
@@ -36,6 +39,44 @@ inline std::vector<double> hf_slice(const std::vector<ParamEntry>& entries, cons
                                    flat.begin() + e.offset + piece.row_end * cols);
       }
   return {};
+}
+
+// The fixture's batch as Ingot's inputs: (B, T) ids, targets and positions. HF shifts labels inside
+// the loss: position t predicts labels[t+1]; the last position has none. count: the kept targets.
+struct FixtureBatch {
+  int64_t B = 0, T = 0, count = 0;
+  std::vector<int32_t> input_ids, targets, positions;
+};
+
+inline FixtureBatch fixture_batch(const io::SafeTensorsReader& expected) {
+  const std::vector<double> ids = read_fixture_doubles(expected, "input_ids"), labels = read_fixture_doubles(expected, "labels");
+  FixtureBatch f;
+  f.B = expected.get("input_ids").shape[0];
+  f.T = expected.get("input_ids").shape[1];
+  f.input_ids.resize(f.B * f.T);
+  f.targets.resize(f.B * f.T);
+  f.positions.resize(f.B * f.T);
+  for (int64_t b = 0; b < f.B; ++b)
+    for (int64_t t = 0; t < f.T; ++t) {
+      f.input_ids[b * f.T + t] = static_cast<int32_t>(ids[b * f.T + t]);
+      f.targets[b * f.T + t] = t + 1 < f.T ? static_cast<int32_t>(labels[b * f.T + t + 1]) : ops::kIgnoreIndex;
+      f.positions[b * f.T + t] = static_cast<int32_t>(t);
+      f.count += f.targets[b * f.T + t] != ops::kIgnoreIndex;
+    }
+  return f;
+}
+
+// The fixture's torch.optim.AdamW (tools/make_hf_fixtures.py): decay on every parameter, no
+// clipping; the step it took was lr 1e-2, step 1.
+inline AdamWConfig fixture_adamw() {
+  AdamWConfig adam;
+  adam.beta1 = 0.9;
+  adam.beta2 = 0.95;
+  adam.eps = 1e-8;
+  adam.weight_decay = 0.1;
+  adam.max_grad_norm = 0;
+  adam.decay_norms = adam.decay_biases = adam.decay_embeddings = true;
+  return adam;
 }
 
 }  // namespace ingot::test

@@ -37,41 +37,23 @@ FixtureRun run_fixture(const std::string& arch, const std::string& precision) {
   const std::string dir = fixture_dir(arch);
   const ModelConfig config = load_model_config(dir);
   const io::SafeTensorsReader expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
-  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
-  const int64_t B = expected.get("input_ids").shape[0], T = expected.get("input_ids").shape[1];
-
-  // HF shifts labels inside the loss: position t predicts labels[t+1]; the last position has none.
-  std::vector<int32_t> input_ids(B * T), targets(B * T), positions(B * T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) {
-      input_ids[b * T + t] = static_cast<int32_t>(ids[b * T + t]);
-      targets[b * T + t] = t + 1 < T ? static_cast<int32_t>(labels[b * T + t + 1]) : ops::kIgnoreIndex;
-      positions[b * T + t] = static_cast<int32_t>(t);
-    }
-  int64_t count = 0;
-  for (int32_t t : targets) count += t != ops::kIgnoreIndex;
+  const test::FixtureBatch f = test::fixture_batch(expected);
 
   Context ctx;
   ctx.num_threads = 2;
   const Recipe recipe = make_recipe(precision, Device::cpu);
-  Transformer model(config, recipe, ctx, B, T);
+  Transformer model(config, recipe, ctx, f.B, f.T);
   io::load_hf_weights(ctx, dir, model.entries(), model.weights());
-  HostBatch batch{input_ids.data(), targets.data(), positions.data(), nullptr};
+  HostBatch batch{f.input_ids.data(), f.targets.data(), f.positions.data(), nullptr};
   model.load_batch(batch);
 
   FixtureRun run;
   run.entries = model.entries();
   run.logits = model.forward_logits();
-  run.loss = model.forward_backward(1.0 / static_cast<double>(count)) / static_cast<double>(count);
+  run.loss = model.forward_backward(1.0 / static_cast<double>(f.count)) / static_cast<double>(f.count);
   run.grads = to_host_doubles(ctx, model.grads());
 
-  AdamWConfig adam;  // the fixture's torch.optim.AdamW: decay on every parameter, no clipping
-  adam.beta1 = 0.9;
-  adam.beta2 = 0.95;
-  adam.eps = 1e-8;
-  adam.weight_decay = 0.1;
-  adam.max_grad_norm = 0;
-  adam.decay_norms = adam.decay_biases = adam.decay_embeddings = true;
+  const AdamWConfig adam = test::fixture_adamw();
   AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
   optimizer.step(model.weights(), model.grads(), 1e-2, 1);
   run.updated = to_host_doubles(ctx, model.weights());

@@ -27,29 +27,19 @@ using namespace ingot;
 
 namespace {
 
-struct FixtureBatch {
-  int64_t B = 0, T = 0, count = 0;
-  std::vector<int32_t> input_ids, targets, positions;
+// A fixture's files (tests/fixtures/<arch>) and its batch.
+struct Fixture {
+  explicit Fixture(const std::string& arch)
+      : dir(test::source_dir() + "/tests/fixtures/" + arch),
+        config(load_model_config(dir)),
+        expected(io::SafeTensorsReader::open(dir + "/expected.safetensors")),
+        weights(io::SafeTensorsReader::open(dir + "/model.safetensors")),
+        batch(test::fixture_batch(expected)) {}
+  std::string dir;
+  ModelConfig config;
+  io::SafeTensorsReader expected, weights;
+  test::FixtureBatch batch;
 };
-
-// HF shifts labels inside the loss: position t predicts labels[t+1]; the last position has none.
-FixtureBatch fixture_batch(const io::SafeTensorsReader& expected) {
-  const std::vector<double> ids = test::read_fixture_doubles(expected, "input_ids"), labels = test::read_fixture_doubles(expected, "labels");
-  FixtureBatch f;
-  f.B = expected.get("input_ids").shape[0];
-  f.T = expected.get("input_ids").shape[1];
-  f.input_ids.resize(f.B * f.T);
-  f.targets.resize(f.B * f.T);
-  f.positions.resize(f.B * f.T);
-  for (int64_t b = 0; b < f.B; ++b)
-    for (int64_t t = 0; t < f.T; ++t) {
-      f.input_ids[b * f.T + t] = static_cast<int32_t>(ids[b * f.T + t]);
-      f.targets[b * f.T + t] = t + 1 < f.T ? static_cast<int32_t>(labels[b * f.T + t + 1]) : ops::kIgnoreIndex;
-      f.positions[b * f.T + t] = static_cast<int32_t>(t);
-      f.count += f.targets[b * f.T + t] != ops::kIgnoreIndex;
-    }
-  return f;
-}
 
 }  // namespace
 
@@ -57,11 +47,8 @@ class CudaHfFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CudaHfFixture, MatchesTransformers) {
   if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
-  const std::string dir = test::source_dir() + "/tests/fixtures/" + GetParam();
-  const ModelConfig config = load_model_config(dir);
-  const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
-  const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
-  const FixtureBatch f = fixture_batch(expected);
+  const Fixture fixture(GetParam());
+  const auto& [dir, config, expected, weights, f] = fixture;
   test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   // The LM head and loss in one chunk, then in chunks of 5 tokens (5, 5, 5, 5 and 4 of the 24):
@@ -92,11 +79,8 @@ TEST_P(CudaHfFixture, MatchesTransformers) {
 // torch.optim.AdamW: decay on every parameter, no clipping) lands where HF's does.
 TEST_P(CudaHfFixture, MatchesTransformersInFloat32) {
   if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
-  const std::string dir = test::source_dir() + "/tests/fixtures/" + GetParam();
-  const ModelConfig config = load_model_config(dir);
-  const auto expected = io::SafeTensorsReader::open(dir + "/expected.safetensors");
-  const auto weights = io::SafeTensorsReader::open(dir + "/model.safetensors");
-  const FixtureBatch f = fixture_batch(expected);
+  const Fixture fixture(GetParam());
+  const auto& [dir, config, expected, weights, f] = fixture;
   test::CudaContext cuda_ctx;
   Context& ctx = cuda_ctx.ctx;
   const Recipe recipe = make_recipe("fp32", Device::cuda);
@@ -107,14 +91,7 @@ TEST_P(CudaHfFixture, MatchesTransformersInFloat32) {
   const double loss = model.forward_backward(1.0 / static_cast<double>(f.count)) / static_cast<double>(f.count);
   const std::vector<double> grads = to_host_doubles(ctx, model.grads());
 
-  AdamWConfig adam;
-  adam.beta1 = 0.9;
-  adam.beta2 = 0.95;
-  adam.eps = 1e-8;
-  adam.weight_decay = 0.1;
-  adam.max_grad_norm = 0;
-  adam.decay_norms = adam.decay_biases = adam.decay_embeddings = true;
-  AdamW optimizer(model.entries(), recipe, ctx, adam, model.weights());
+  AdamW optimizer(model.entries(), recipe, ctx, test::fixture_adamw(), model.weights());
   optimizer.step(model.weights(), model.grads(), 1e-2, 1);
   const std::vector<double> updated = to_host_doubles(ctx, model.weights());
 
