@@ -549,15 +549,15 @@ TEST_F(CudaOps, Rope) {
       const int64_t N = 23, Htot = shape_case[0], rotated = shape_case[1], D = shape_case[2];
       const Dims shape{N, Htot, D};
       const Floats x = randn(N * Htot * D, 50);
+      const bool long_positions = max_position > 8192;
       std::vector<int32_t> pos = randint(N, 0, max_position, 51);
-      if (max_position > 8192) pos[0] = max_position - 1;
+      if (long_positions) pos[0] = max_position - 1;  // the largest angle there is
       Floats inv_freq(D / 2);
       for (int64_t i = 0; i < D / 2; ++i)
         inv_freq[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * double(i) / double(D)));
       HostI32 cpos(pos, {N});
       HostF32 cf(inv_freq, {D / 2});
       Tensor gpos = upload_i32(pos, {N}), gf = upload(inv_freq, DType::f32, {D / 2});
-      const bool long_positions = max_position > 8192;
       const DType dtype = long_positions ? DType::f32 : DType::bf16;
       for (int direction : {+1, -1}) {
         HostF32 cx(x, shape);
