@@ -119,6 +119,13 @@ CONVERSATIONS = {
         {"role": "user", "content": "Cafe\u0301 or caf\u00e9?"},
         {"role": "assistant", "content": "Both spell cafe\u0301."},
     ],
+    # An answer that starts with a newline: under ChatML the header's newline and the answer's
+    # merge into one token, which the mask trains (it holds the answer's first byte); Llama 3's
+    # templates trim the newline away.
+    "answer_starts_with_newline": [
+        {"role": "user", "content": "Print two lines."},
+        {"role": "assistant", "content": "\nfirst\nsecond"},
+    ],
     # Qwen3: user turns that wrap a tool response are not queries, so every assistant turn after
     # the first user turn is after the last query: the non-final one with reasoning keeps its think
     # block, the one without renders its answer alone.
