@@ -3,16 +3,27 @@
 // saved f32 master weights) and on the CPU (f32). Greedy decoding and seeded sampling must each
 // repeat themselves exactly on CUDA, and follow the CPU's text from the same checkpoint and seed for
 // their first tokens: the sampler draws the same uniforms on both devices, so the texts part only
-// where bf16 logits move a draw across a token boundary (or flip a greedy near tie). Greedy text of
-// a small model soon loops; the sampled text is the sharper check.
+// where bf16 logits move a draw across a token boundary (or flip a greedy near tie).
+// The greedy text is also checked token by token, past the point where the window slides: the CPU's
+// f32 forward over each window CUDA saw must rank CUDA's pick first, up to a near tie. A text one
+// token out of step with its windows must fail that check, so the check is shown to discriminate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <numeric>
 #include <string>
+#include <vector>
 
 #include "demo_runs.h"
+#include "ingot/io/hf_model.h"
+#include "ingot/model/config.h"
+#include "ingot/model/transformer.h"
 #include "ingot/ops/cuda/device.h"
+#include "ingot/recipe/recipe.h"
+#include "ingot/train/checkpoint.h"
+#include "ingot/train/generate.h"
+#include "ingot/train/trainer.h"
 #include "test_util.h"
 
 using namespace ingot;
@@ -22,6 +33,9 @@ namespace {
 constexpr int kTrainSteps = 600;
 constexpr int kNewTokens = 48;         // bytes: the demo model's tokens
 constexpr size_t kMinAgree = 8;        // leading bytes in which CUDA's text must equal the CPU's
+// How far below the CPU's largest logit CUDA's greedy pick may fall: bf16 compute moves the demo
+// model's logits (of order 10) by a few hundredths; a pick from the wrong window misses by nats.
+constexpr double kGreedyTieNats = 0.25;
 const std::string kPrompt = "The meaning of life is";
 
 // `ingot generate` on model_dir; the command's exit status, its standard output in *text (and,
@@ -36,6 +50,41 @@ int generate(const std::string& model_dir, const std::string& flags, std::string
                                    text);
   if (rc != 0) *text += test::read_file(err);
   return rc;
+}
+
+// For each token of `continuation` (generated after kPrompt by the model of run_dir), how far its
+// logit falls below the largest one in the CPU's f32 forward over the window generate fed the model
+// for it: the last `context` tokens before it, at positions 0 up (generate.cpp). 0 where it is
+// the CPU's argmax.
+std::vector<double> greedy_shortfalls(const std::string& run_dir, const std::string& continuation) {
+  const std::string dir = resolve_model_dir(run_dir);
+  const ModelConfig config = load_model_config(dir);
+  const auto tokenizer = load_tokenizer(dir, "");
+  std::vector<int32_t> tokens = tokenizer->encode(kPrompt);
+  const size_t prompt_tokens = tokens.size();
+  const std::vector<int32_t> generated = tokenizer->encode(continuation);
+  const int64_t context = std::min<int64_t>(config.max_position_embeddings,
+                                            static_cast<int64_t>(prompt_tokens) + kNewTokens);
+  DeviceContext device("cpu", 0);
+  Context& ctx = device.get();
+  Transformer model(config, make_recipe("fp32", ctx.device, {.master_weights = true}), ctx, 1, context, 1);
+  io::load_hf_weights(ctx, dir, model.entries(), model.weights());
+  std::vector<double> shortfalls;
+  std::vector<int32_t> positions;
+  for (const int32_t pick : generated) {
+    const size_t begin = tokens.size() > static_cast<size_t>(context) ? tokens.size() - context : 0;
+    std::vector<int32_t> window(tokens.begin() + static_cast<std::ptrdiff_t>(begin), tokens.end());
+    positions.resize(window.size());
+    std::iota(positions.begin(), positions.end(), 0);
+    HostBatch batch;
+    batch.input_ids = window.data();
+    batch.positions = positions.data();
+    model.load_batch(batch, static_cast<int64_t>(window.size()));
+    const std::vector<double> logits = model.forward_logits_at(static_cast<int64_t>(window.size()) - 1);
+    shortfalls.push_back(*std::max_element(logits.begin(), logits.end()) - logits.at(static_cast<size_t>(pick)));
+    tokens.push_back(pick);
+  }
+  return shortfalls;
 }
 
 }  // namespace
@@ -66,5 +115,26 @@ TEST(CudaGenerate, GreedyFollowsTheCpuAndSamplingRepeats) {
                 cuda_text.size(), cuda_text.c_str(), cpu_text.c_str());
     EXPECT_GT(cuda_text.size(), kMinAgree) << mode;
     EXPECT_GE(agree, kMinAgree) << mode << "\nCUDA: " << cuda_text << "\nCPU:  " << cpu_text;
+    if (mode != "--temperature 0") continue;
+
+    // The generated tokens alone: the CLI ends the text with a newline of its own.
+    ASSERT_FALSE(cuda_text.empty());
+    ASSERT_EQ(cuda_text.back(), '\n');
+    const std::string continuation = cuda_text.substr(0, cuda_text.size() - 1);
+    const std::vector<double> shortfalls = greedy_shortfalls(run, continuation);
+    // The demo's 64-byte window slides after 64 - 22 generated tokens: the check must reach past that.
+    EXPECT_GT(shortfalls.size() + kPrompt.size(), 64u) << "the greedy text ended before the window slid: " << continuation;
+    const auto worst = std::max_element(shortfalls.begin(), shortfalls.end());
+    std::printf("greedy, teacher-forced on the CPU: %zu of %zu picks the CPU's argmax, worst shortfall %.4f nats at "
+                "token %td\n",
+                static_cast<size_t>(std::count(shortfalls.begin(), shortfalls.end(), 0.0)), shortfalls.size(), *worst,
+                worst - shortfalls.begin());
+    EXPECT_LE(*worst, kGreedyTieNats) << "token " << (worst - shortfalls.begin()) << " of " << continuation;
+    // The same text one token late (its first byte dropped): each pick is then scored against the
+    // window of the token after it, which a check that discriminates must reject somewhere.
+    const std::vector<double> late = greedy_shortfalls(run, continuation.substr(1));
+    const double late_worst = *std::max_element(late.begin(), late.end());
+    std::printf("the same text one token late: worst shortfall %.4f nats\n", late_worst);
+    EXPECT_GT(late_worst, kGreedyTieNats) << "the check passes a text out of step with its windows";
   }
 }
