@@ -1,7 +1,9 @@
 // The whole model on CUDA against references:
 //   - the Hugging Face float64 fixtures (tests/fixtures): logits, loss and every gradient in the
 //     bf16 recipe; in the fp32 recipe also the weights after one AdamW step;
-//   - packing: a packed row of two documents (segment ids) equals each document run alone.
+//   - packing: a packed row of two documents (segment ids) equals each document run alone;
+//   - widths that are no multiple of 8 (vocabulary, hidden and MLP sizes, sequence length): the
+//     CPU backend on the same random weights, fp32 at the fixtures' fp32 bounds and bf16 at theirs.
 // Tolerances (norm-wise relative) against float64 HF: bf16 recipe (bf16 weights and activations,
 // f32 gradients) logits and loss <= 2e-2, gradients <= 5e-2; fp32 recipe the CPU backend's fp32
 // bounds, logits and loss <= 1e-5, gradients and updated weights <= 1e-4 (cuBLASLt computes in
@@ -9,7 +11,9 @@
 // same backend <= 2e-2.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "ingot/core/arena.h"
@@ -160,3 +164,108 @@ TEST(CudaPackingEquivalence, PackedRowEqualsDocumentsAlone) {
   EXPECT_LE(std::fabs(packed_loss - separate_loss) / separate_loss, 2e-2) << packed_loss << " vs " << separate_loss;
   EXPECT_LE(test::relative_error(packed_grads, separate_grads), 2e-2);
 }
+
+namespace {
+
+// Shapes the presets never take: every width but the heads' no multiple of 8, so GEMM leading
+// dimensions and LM-head chunk offsets are 2- to 8-byte aligned and the elementwise kernels take
+// their scalar paths. llama: head_dim 20 (the CUDA-core attention kernels), untied; qwen3: head
+// dim 32 (cuDNN), qk-norm, tied.
+ModelConfig odd_widths(const std::string& model_type) {
+  const std::string heads = model_type == "llama" ? R"("num_attention_heads": 5, "num_key_value_heads": 1)"
+                                                  : R"("num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32)";
+  return parse_model_config(R"({"model_type": ")" + model_type + R"(", "vocab_size": 301, "hidden_size": 100,
+    "intermediate_size": 270, "num_hidden_layers": 2, )" + heads + R"(, "max_position_embeddings": 64,
+    "tie_word_embeddings": )" + (model_type == "llama" ? "false" : "true") + "}",
+                            "odd-width test config");
+}
+
+struct ModelOutputs {
+  std::vector<double> logits, grads;
+  double loss = 0;
+};
+
+// Logits, then the mean loss and its gradient, for weights given as doubles in the flat layout.
+ModelOutputs run_model(Context& ctx, const ModelConfig& config, const Recipe& recipe, const std::vector<double>& weights,
+                       int64_t chunk_tokens, const test::FixtureBatch& f) {
+  Transformer model(config, recipe, ctx, f.B, f.T, chunk_tokens);
+  const Tensor w = model.weights();
+  std::vector<char> raw(static_cast<size_t>(w.bytes()));
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const float v = static_cast<float>(weights[i]);
+    if (w.dtype == DType::f32) {
+      std::memcpy(raw.data() + i * 4, &v, 4);
+    } else {
+      const uint16_t h = f32_to_bf16(v);
+      std::memcpy(raw.data() + i * 2, &h, 2);
+    }
+  }
+  copy_from_host(ctx, w, raw.data());
+  ops::zero(ctx, model.grads());
+  model.load_batch({f.input_ids.data(), f.targets.data(), f.positions.data(), nullptr});
+  ModelOutputs out;
+  out.logits = model.forward_logits();
+  out.loss = model.forward_backward(1.0 / static_cast<double>(f.count)) / static_cast<double>(f.count);
+  out.grads = to_host_doubles(ctx, model.grads());
+  return out;
+}
+
+}  // namespace
+
+class CudaOddWidths : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaOddWidths, MatchTheCpu) {
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
+  const ModelConfig config = odd_widths(GetParam());
+  // Two rows of 37 tokens, random ids, the targets the next ids with a few left out.
+  test::FixtureBatch f;
+  f.B = 2;
+  f.T = 37;
+  uint64_t state = test::test_seed(11);
+  for (int64_t b = 0; b < f.B; ++b) {
+    std::vector<int32_t> row(static_cast<size_t>(f.T + 1));
+    for (int32_t& id : row) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(config.vocab_size));
+    }
+    for (int64_t t = 0; t < f.T; ++t) {
+      f.input_ids.push_back(row[t]);
+      f.targets.push_back(t % 9 == 4 ? ops::kIgnoreIndex : row[t + 1]);
+      f.positions.push_back(static_cast<int32_t>(t));
+    }
+  }
+  f.count = std::count_if(f.targets.begin(), f.targets.end(), [](int32_t t) { return t != ops::kIgnoreIndex; });
+
+  Context cpu;
+  cpu.num_threads = 2;
+  test::CudaContext cuda_ctx;
+  // The same random weights everywhere (drawn by the CPU model, in f32).
+  Transformer init(config, make_recipe("fp32", Device::cpu), cpu, 1, 1);
+  init.init_random(test::test_seed(3));
+  const std::vector<double> weights = to_host_doubles(cpu, init.weights());
+  // bf16: the CPU computes with the weights CUDA holds, rounded to bf16.
+  std::vector<double> rounded(weights.size());
+  for (size_t i = 0; i < weights.size(); ++i) rounded[i] = bf16_to_f32(f32_to_bf16(static_cast<float>(weights[i])));
+
+  for (const int64_t chunk_tokens : {int64_t{0}, int64_t{5}}) {  // chunks of 5 rows start 1000 bytes apart
+    SCOPED_TRACE("logits_chunk_tokens " + std::to_string(chunk_tokens));
+    const ModelOutputs reference = run_model(cpu, config, make_recipe("fp32", Device::cpu), weights, chunk_tokens, f);
+    const ModelOutputs fp32 = run_model(cuda_ctx.ctx, config, make_recipe("fp32", Device::cuda), weights, chunk_tokens, f);
+    EXPECT_LE(test::relative_error(fp32.logits, reference.logits), 1e-5);
+    EXPECT_LE(std::fabs(fp32.loss - reference.loss) / reference.loss, 1e-5) << fp32.loss << " vs " << reference.loss;
+    EXPECT_LE(test::relative_error(fp32.grads, reference.grads), 1e-4);
+
+    const ModelOutputs reference_rounded = run_model(cpu, config, make_recipe("fp32", Device::cpu), rounded, chunk_tokens, f);
+    const ModelOutputs bf16 = run_model(cuda_ctx.ctx, config, make_recipe("bf16", Device::cuda), weights, chunk_tokens, f);
+    EXPECT_LE(test::relative_error(bf16.logits, reference_rounded.logits), 2e-2);
+    EXPECT_LE(std::fabs(bf16.loss - reference_rounded.loss) / reference_rounded.loss, 2e-2);
+    EXPECT_LE(test::relative_error(bf16.grads, reference_rounded.grads), 5e-2);
+    std::printf("%s, chunk %lld: fp32 logits %.2e grads %.2e | bf16 logits %.2e grads %.2e (norm-wise relative)\n",
+                GetParam().c_str(), static_cast<long long>(chunk_tokens),
+                test::relative_error(fp32.logits, reference.logits), test::relative_error(fp32.grads, reference.grads),
+                test::relative_error(bf16.logits, reference_rounded.logits),
+                test::relative_error(bf16.grads, reference_rounded.grads));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, CudaOddWidths, ::testing::Values("llama", "qwen3"));
