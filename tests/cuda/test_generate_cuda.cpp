@@ -17,6 +17,7 @@
 
 #include "demo_runs.h"
 #include "ingot/io/hf_model.h"
+#include "ingot/io/json_util.h"
 #include "ingot/model/config.h"
 #include "ingot/model/transformer.h"
 #include "ingot/ops/cuda/device.h"
@@ -137,4 +138,20 @@ TEST(CudaGenerate, GreedyFollowsTheCpuAndSamplingRepeats) {
     std::printf("the same text one token late: worst shortfall %.4f nats\n", late_worst);
     EXPECT_GT(late_worst, kGreedyTieNats) << "the check passes a text out of step with its windows";
   }
+}
+
+// A head size the CUDA attention does not take is refused by key before any weight is read (the
+// folder has none), where it used to fail at the first forward with a kernel's message.
+TEST(CudaGenerate, RefusesAHeadDimTheKernelsDoNotTake) {
+  if (!cuda::device_available()) INGOT_SKIP_OR_FAIL("no CUDA device");
+  const std::string dir = test::temp_dir("CudaGenerateHeadDim");
+  io::write_file_atomically(dir + "/config.json", R"({"model_type": "qwen3", "vocab_size": 300, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+    "head_dim": 256, "max_position_embeddings": 64})");
+  std::string out;
+  EXPECT_NE(0, test::run_command(test::shell_quoted(test::binary_path()) + " generate " + test::shell_quoted(dir) +
+                                     " --prompt hi --device cuda 2>&1",
+                                 &out));
+  EXPECT_NE(out.find("head_dim 256 (key \"head_dim\""), std::string::npos) << out;
+  EXPECT_NE(out.find("use --device cpu"), std::string::npos) << out;
 }

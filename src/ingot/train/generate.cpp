@@ -24,6 +24,7 @@
 #include "ingot/model/parameters.h"
 #include "ingot/model/transformer.h"
 #include "ingot/train/checkpoint.h"
+#include "ingot/train/memory_plan.h"
 #include "ingot/train/trainer.h"
 
 namespace ingot {
@@ -237,6 +238,8 @@ std::string generate_text(const GenerateOptions& o, std::ostream* out) {
   // Sampling needs no optimizer: on CUDA the bf16 weights alone, without f32 master copies.
   const bool cuda = ctx.device == Device::cuda;
   const Recipe recipe = make_recipe(cuda ? "bf16" : "fp32", ctx.device, {.master_weights = !cuda});
+  // Shapes the CUDA kernels refuse, by key, before the weights are read (not at the first forward).
+  if (cuda) check_cuda_model_shapes(config, "use --device cpu");
   io::check_hf_weights(dir, plan_parameters(config));  // before the model is allocated
   // The model is sized for the whole window: an allocation that fails names what set its length.
   std::optional<Transformer> built;

@@ -42,6 +42,20 @@ std::string fallback_kernels(const TrainingMemory::Attention& a) {
 }  // namespace
 #endif
 
+void check_cuda_model_shapes(const ModelConfig& config, const std::string& instead) {
+#ifdef INGOT_HAVE_CUDA
+  if (config.head_dim > cuda::kMaxAttentionHeadDim)
+    fail("head_dim ", config.head_dim, " (key \"head_dim\", or hidden_size / num_attention_heads) is above ",
+         cuda::kMaxAttentionHeadDim, ", the largest Ingot's CUDA attention takes; ", instead);
+  if (config.hidden_size > cuda::rmsnorm_max_row_length(config.hidden_size))
+    fail("hidden_size ", config.hidden_size, " is above ", cuda::rmsnorm_max_row_length(config.hidden_size),
+         ", the longest row Ingot's CUDA RMSNorm takes", config.hidden_size % 8 ? " when it is not a multiple of 8" : "",
+         "; ", instead);
+#else
+  (void)config, (void)instead;
+#endif
+}
+
 std::string TrainingMemory::summary() const {
   return "params " + format_bytes(params) + " | grads " + format_bytes(grads) + " | master " + format_bytes(master) +
          " | optimizer " + format_bytes(optimizer) + " | activations " + format_bytes(activations) + " | scratch " +
@@ -65,13 +79,7 @@ TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe&
     m.attention = {micro_batch, seq_len, config.num_attention_heads, config.num_key_value_heads,
                    config.head_dim /* set by the config parser */, packed_rows, recipe.activation == DType::bf16};
     // Refused here, before anything is allocated, rather than at the first attention call.
-    if (config.head_dim > cuda::kMaxAttentionHeadDim)
-      fail("head_dim ", config.head_dim, " (key \"head_dim\", or hidden_size / num_attention_heads) is above ",
-           cuda::kMaxAttentionHeadDim, ", the largest Ingot's CUDA attention takes; train it with device: cpu");
-    if (config.hidden_size > cuda::rmsnorm_max_row_length(config.hidden_size))
-      fail("hidden_size ", config.hidden_size, " is above ", cuda::rmsnorm_max_row_length(config.hidden_size),
-           ", the longest row Ingot's CUDA RMSNorm takes", config.hidden_size % 8 ? " when it is not a multiple of 8" : "",
-           "; train it with device: cpu");
+    check_cuda_model_shapes(config, "train it with device: cpu");
     // Whichever attention the shape picks, the CUDA-core kernels can end up running it (the fp32
     // recipe, a shape cuDNN declines, a workspace that does not fit), and their grid has a batch row
     // per block in z: refused for every shape, where it used to be only when the plan foresaw them.

@@ -25,6 +25,11 @@ struct TrainingMemory {
   std::string summary() const;
 };
 
+// CUDA: fails, naming the config key, for a model whose head_dim or hidden_size Ingot's CUDA
+// kernels do not take; `instead` ends the message (what to do: "train it with device: cpu").
+// Called by estimate_training_memory for CUDA, and by generate before it loads the weights.
+void check_cuda_model_shapes(const ModelConfig& config, const std::string& instead);
+
 // packed_rows: the batches carry segment ids (documents packed into rows), whose attention takes
 // other CUDA paths with other scratch needs than whole rows.
 TrainingMemory estimate_training_memory(const ModelConfig& config, const Recipe& recipe, Device device,
