@@ -322,6 +322,23 @@ TEST_F(Training, RunThatCannotFitFailsBeforeAllocating) {
   EXPECT_NE(out.find("recompute: elementwise"), std::string::npos) << out;
   EXPECT_EQ(out.find("master_weights: false"), std::string::npos) << "a bf16-recipe remedy offered on the CPU:\n" << out;
   EXPECT_FALSE(fs::exists(root + "/huge/metrics.jsonl"));
+
+  // A model whose weights, gradients and moments alone (about 280 TB) fit no machine: no smaller
+  // batch helps, and the advice must not send the user after one.
+  std::string giant = tiny_config(data, root + "/giant", 2, 0);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"hidden_size: 32", "hidden_size: 16384"},
+                                 {"intermediate_size: 48", "intermediate_size: 65536"},
+                                 {"num_hidden_layers: 2", "num_hidden_layers: 4096"},
+                                 {"num_attention_heads: 4", "num_attention_heads: 128"},
+                                 {"num_key_value_heads: 2", "num_key_value_heads: 8"}}) {
+    ASSERT_NE(giant.find(from), std::string::npos) << from;
+    giant.replace(giant.find(from), from.size(), to);
+  }
+  EXPECT_NE(0, train(giant, "giant", "", &out));
+  EXPECT_NE(out.find("the weights, gradients and optimizer state alone take"), std::string::npos) << out;
+  EXPECT_NE(out.find("no smaller batch fits: a smaller model"), std::string::npos) << out;
+  EXPECT_EQ(out.find("micro_batch_size"), std::string::npos) << "a batch remedy for the model's own state:\n" << out;
+  EXPECT_FALSE(fs::exists(root + "/giant/metrics.jsonl"));
 }
 
 TEST_F(Training, BenchRefusesBf16FlagsOnTheCpuNamingTheDevice) {

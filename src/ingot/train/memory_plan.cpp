@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <vector>
 
 #include "ingot/core/error.h"
 #ifdef INGOT_HAVE_CUDA
@@ -214,16 +215,37 @@ AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory) 
   return range;
 }
 
+std::string state_hint(const Recipe& recipe, bool cli_flags) {
+  std::vector<std::string> options;
+  if (recipe.name == "bf16") {
+    if (recipe.master_weights) options.push_back(cli_flags ? "--no-master-weights" : "master_weights: false");
+    if (recipe.grad == DType::f32) options.push_back(cli_flags ? "--grad-dtype bf16" : "grad_dtype: bf16");
+    if (recipe.optimizer_state == DType::f32)
+      options.push_back(cli_flags ? "--optimizer-state-dtype bf16" : "optimizer_state_dtype: bf16");
+  }
+  if (options.empty()) return "a smaller model, or a device with more memory";
+  std::string joined;
+  for (size_t i = 0; i < options.size(); ++i) joined += (i == 0 ? "" : i + 1 == options.size() ? " and " : ", ") + options[i];
+  return (cli_flags ? "try " : "set ") + joined + ", or a smaller model";
+}
+
 void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,
-                       const std::string& hint) {
+                       const std::string& hint, const std::string& state_hint) {
   int64_t available = 0;
 #ifdef INGOT_HAVE_CUDA
   if (ctx.device == Device::cuda) available = cuda::device_memory_free();
 #endif
   if (ctx.device == Device::cpu) available = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  if (available > 0 && memory.total() > available)
+  if (available <= 0 || memory.total() <= available) return;
+  // A smaller batch cannot help where the per-parameter state alone does not fit: the advice to
+  // shrink it sent users after a batch of 1 x 1.
+  const int64_t state = memory.params + memory.grads + memory.master + memory.optimizer;
+  if (state > available)
     fail("the run needs ", format_bytes(memory.total()), " (", memory.summary(), ") but only ", format_bytes(available),
-         " is available on ", device_description, "; ", hint);
+         " is available on ", device_description, "; the weights, gradients and optimizer state alone take ",
+         format_bytes(state), ", so no smaller batch fits: ", state_hint);
+  fail("the run needs ", format_bytes(memory.total()), " (", memory.summary(), ") but only ", format_bytes(available),
+       " is available on ", device_description, "; ", hint);
 }
 
 }  // namespace ingot

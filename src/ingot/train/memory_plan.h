@@ -54,8 +54,14 @@ struct AttentionWorkspaceRange {
 AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory);
 
 // Fails, before anything is allocated, when the plan exceeds the free memory of ctx's device (GPU
-// memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint`.
+// memory, or physical RAM for the CPU). The message gives both sizes, the device and `hint` (what
+// shrinks the run), or `state_hint` where the weights, gradients and optimizer state alone exceed it.
 void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const std::string& device_description,
-                       const std::string& hint);
+                       const std::string& hint, const std::string& state_hint);
+
+// The state_hint for a run on `recipe`: the bf16 recipe's options it has not taken that shrink the
+// per-parameter state, as config keys ("set master_weights: false, ...") or, with cli_flags, as
+// bench's flags; then a smaller model.
+std::string state_hint(const Recipe& recipe, bool cli_flags);
 
 }  // namespace ingot
