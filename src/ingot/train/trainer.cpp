@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -962,7 +963,9 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     contents.trainer_state.update(step_settings(c));
     contents.trainer_state["attention_plan"] = workspace_note;
     contents.trainer_state["attention_switches"] = attention_switches(ctx);
-    const int64_t keep_one_more = c.save_total_limit > 0 ? c.save_total_limit + 1 : 0;
+    // (Saturated: save_total_limit may be any int64, and INT64_MAX + 1 overflowed.)
+    const int64_t keep_one_more =
+        c.save_total_limit > 0 ? c.save_total_limit + (c.save_total_limit < std::numeric_limits<int64_t>::max()) : 0;
     for (const std::string& kept : save_checkpoint(c.output_dir, ctx, model, optimizer, contents, companions, keep_one_more,
                                                    [&] { check_weights_before_saving(step); }))
       log << "warning: " << kept << "\n";
