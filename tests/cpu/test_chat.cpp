@@ -277,10 +277,23 @@ TEST(Chat, MistypedTemplateFieldsAreNamed) {
   config["chat_template"] = nlohmann::json::array({{{"name", 1}, {"template", tmpl}}, {{"name", "default"}, {"template", 2}}});
   std::ofstream(dir + "/tokenizer_config.json") << config.dump();
   msg = error_of([&] { load_chat_format(dir); });
-  EXPECT_NE(msg.find("chat_template is not a string"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the chat_template named \"default\" is not a string"), std::string::npos) << msg;
   config["chat_template"] = nlohmann::json::array({{{"name", 1}, {"template", 2}}, {{"name", "default"}, {"template", tmpl}}});
   std::ofstream(dir + "/tokenizer_config.json") << config.dump();
   EXPECT_EQ(load_chat_format(dir).name(), "llama3");
+  // Empty or missing templates are called that, not "not a string" (a review, 2026-12-03).
+  config["chat_template"] = "";
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find(dir + "/tokenizer_config.json: chat_template is empty"), std::string::npos) << msg;
+  config["chat_template"] = nlohmann::json::array({{{"name", "tool_use"}, {"template", tmpl}}});
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find("chat_template is a list of named templates, none named \"default\""), std::string::npos) << msg;
+  config["chat_template"] = nlohmann::json::array({{{"name", "default"}, {"template", ""}}});
+  std::ofstream(dir + "/tokenizer_config.json") << config.dump();
+  msg = error_of([&] { load_chat_format(dir); });
+  EXPECT_NE(msg.find("the chat_template named \"default\" is empty"), std::string::npos) << msg;
 }
 
 // Default system turns and bos tokens as transformers renders them (a fuzzing review, 2026-12-02,

@@ -623,10 +623,18 @@ ChatFormat load_chat_format(const std::string& path, const std::string& chat_for
     fail("chat format: ", source, " has no chat_template, and there is no chat_template.jinja beside it (", kSupported, ")");
   } else if (it->is_string()) {
     tmpl = it->get<std::string>();
+    if (tmpl.empty()) fail("chat format: ", source, ": chat_template is empty (", kSupported, ")");
   } else if (it->is_array()) {  // named templates: [{"name": "default", "template": ...}, ...]
+    const nlohmann::json* named = nullptr;
     for (const auto& t : *it)
-      if (t.is_object() && t.contains("name") && t["name"] == "default" && t.contains("template") && t["template"].is_string())
-        tmpl = t["template"].get<std::string>();
+      if (t.is_object() && t.contains("name") && t["name"] == "default") named = &t;
+    if (named == nullptr)
+      fail("chat format: ", source, ": chat_template is a list of named templates, none named \"default\" (", kSupported, ")");
+    const auto text = named->find("template");
+    if (text == named->end() || !text->is_string())
+      fail("chat format: ", source, ": the chat_template named \"default\" is not a string (", kSupported, ")");
+    tmpl = text->get<std::string>();
+    if (tmpl.empty()) fail("chat format: ", source, ": the chat_template named \"default\" is empty (", kSupported, ")");
   }
   if (tmpl.empty()) fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
   ChatFormat format = chat_format_from_template(tmpl, config_bos_token(c.json, c.file.string()), source);
