@@ -1245,6 +1245,7 @@ TEST_F(Training, AbsurdValuesAreRefusedNamingTheKey) {
         std::pair{"prepare x -o y --train-on-inputs", "--train-on-inputs applies to --format chat or alpaca"},
         std::pair{"prepare x -o y --chat-date-string '26 Jul 2024'", "--chat-date-string applies to --format chat or alpaca"},
         std::pair{"prepare x -o y --format chat --chat-date-string ''", "--chat-date-string is empty"},
+        std::pair{"prepare x -o y --format chat --chat-template ''", "--chat-template is empty"},
         std::pair{"prepare x -o y --overflow drop", "--overflow applies to documents longer than --max-seq-len"}}) {
     EXPECT_EQ(2, run_command(cli() + " " + args, &out)) << args << "\n" << out;
     EXPECT_NE(out.find(message), std::string::npos) << args << "\n" << out;
@@ -1836,6 +1837,11 @@ TEST_F(Training, OutputThatCannotBeWrittenFailsTheCommand) {
   EXPECT_NE(out.find("error: generate: cannot write"), std::string::npos) << out;
   EXPECT_EQ(1, run_command("(" + cli() + " info " + checkpoint + " >/dev/full)", &out));
   EXPECT_NE(out.find("error: info: cannot write to standard output (No space left on device)"), std::string::npos) << out;
+  // --version and --help too (they exited 0 with the text lost).
+  for (const std::string flag : {"--version", "--help", "train --help"}) {
+    EXPECT_EQ(1, run_command("(" + cli() + " " + flag + " >/dev/full)", &out)) << flag;
+    EXPECT_NE(out.find("cannot write to standard output"), std::string::npos) << flag << ": " << out;
+  }
   // A pipe whose reader is gone before generate starts (a reader that left; SIGPIPE is ignored):
   // the first failed write stops it, where 10^9 tokens would take hours.
   int fds[2];

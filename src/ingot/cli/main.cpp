@@ -509,6 +509,11 @@ void check_prepare_flags(const CLI::App& prepare, const std::string& format) {
                            Rule{"--messages-field", format == "chat", "--format chat"}})
     if (prepare.count(rule.flag) > 0 && !rule.applies)
       usage_error("prepare: ", rule.flag, " applies to ", rule.where, ", not to --format ", format, "; leave it out");
+  // An empty --chat-template (an unset shell variable) read as "not given": the template beside
+  // --tokenizer served without a word.
+  if (prepare.count("--chat-template") > 0 && prepare["--chat-template"]->as<std::string>().empty())
+    usage_error("prepare: --chat-template is empty; give the tokenizer_config.json (or the folder holding it) whose "
+                "template renders the data, or leave it out for the one beside --tokenizer");
   // "" is what leaves the template's date in place: given explicitly, it is a mistake, not a date.
   if (prepare.count("--chat-date-string") > 0 && prepare["--chat-date-string"]->as<std::string>().empty())
     usage_error("prepare: --chat-date-string is empty; give the date its system turns show (e.g. \"26 Jul 2024\") or "
@@ -738,7 +743,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // app.exit prints the message (or the help); a mistake exits with 2 like an unknown command,
     // not with CLI11's per-kind codes.
-    return app.exit(e) == 0 ? 0 : 2;
+    if (app.exit(e) != 0) return 2;
+    // --help and --version: text lost to a full disk or a closed pipe fails them, as it fails the
+    // commands that print a result.
+    try {
+      return stdout_written(dynamic_cast<const CLI::CallForVersion*>(&e) ? "--version" : "--help");
+    } catch (const Error& written) {
+      std::cerr << "error: " << printable(written.what()) << "\n";
+      return 1;
+    }
   } catch (const std::exception& e) {  // a conversion CLI11 did not wrap: never an abort
     std::cerr << "error: " << printable(e.what()) << "\n";
     return 2;
