@@ -1430,6 +1430,35 @@ TEST_F(Training, NonFiniteGradientNormIsNamedAtItsStep) {
                      "starting weights (" + model + ")"), std::string::npos) << out;
 }
 
+// A resumed checkpoint whose moments are finite but absurd (every exp_avg 1e38: a damaged
+// optimizer.safetensors) breaks the weights at the run's first update, and the next step's NaN
+// loss names that checkpoint's optimizer state; it blamed the learning rate alone.
+TEST_F(Training, DivergenceAfterTheFirstResumedUpdateNamesTheCheckpointsOptimizerState) {
+  std::string out;
+  ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 2), "run", "--set eval_steps=0", &out)) << out;
+  const std::string ckpt = root + "/run/checkpoint-2";
+  {
+    std::fstream f(ckpt + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header_bytes = 0;
+    f.read(reinterpret_cast<char*>(&header_bytes), 8);
+    std::string header(header_bytes, '\0');
+    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+    const auto entry = nlohmann::json::parse(header).at("exp_avg");
+    ASSERT_EQ(entry.at("dtype"), "F32");
+    const auto offsets = entry.at("data_offsets");
+    f.seekp(static_cast<std::streamoff>(8 + header_bytes + offsets[0].get<uint64_t>()));
+    const float absurd = 1e38f;
+    for (uint64_t i = offsets[0].get<uint64_t>(); i < offsets[1].get<uint64_t>(); i += 4)
+      f.write(reinterpret_cast<const char*>(&absurd), 4);
+  }
+  EXPECT_NE(0, train(tiny_config(data, root + "/run", 4, 2), "run", "--resume --set eval_steps=0", &out));
+  EXPECT_NE(out.find("at step 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("; lower learning_rate or max_grad_norm, or check the data, or the optimizer state "
+                     "(optimizer.safetensors) of the checkpoint this run resumed from, " + ckpt +
+                     ", which the run's first update applied"),
+            std::string::npos) << out;
+}
+
 // Replacing something never loses it to a failed attempt: a train --overwrite that fails keeps
 // the old run, export refuses to write over the checkpoint it reads, a prepare --overwrite that
 // fails keeps the old dataset, and a damaged trainer_state.json is named on resume.

@@ -885,20 +885,27 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     return count ? loss_sum / static_cast<double>(count) : -1;
   };
 
-  // What a step that went numerically wrong says to look at: the weights it started from where no
-  // update of this process came before it, else the learning rate and clipping.
-  auto divergence_advice = [&](bool first_update_of_process) -> std::string {
-    if (first_update_of_process && resumed_from.empty())
+  int64_t updates_finished = 0;  // by this process
+  // What a step that went numerically wrong says to look at, given the updates this process made
+  // before it: none, the weights it started from; one after a resume, also the checkpoint's
+  // optimizer state, which that update applied (damaged moments broke the weights there, and the
+  // error blamed the learning rate); else the learning rate and clipping.
+  auto divergence_advice = [&](int64_t updates_before) -> std::string {
+    if (updates_before == 0 && resumed_from.empty())
       return "check the starting weights (" + (c.model.empty() ? std::string("init_std") : c.model) + ") and the data";
-    if (first_update_of_process) return "check the checkpoint this run resumed from, " + resumed_from + ", and the data";
-    return c.max_grad_norm > 0 ? "lower learning_rate or max_grad_norm, or check the data"
-                               : "lower learning_rate, turn clipping on (max_grad_norm), or check the data";
+    if (updates_before == 0) return "check the checkpoint this run resumed from, " + resumed_from + ", and the data";
+    const std::string rate = c.max_grad_norm > 0 ? "lower learning_rate or max_grad_norm, or check the data"
+                                                 : "lower learning_rate, turn clipping on (max_grad_norm), or check the data";
+    if (updates_before == 1 && !resumed_from.empty())
+      return rate + ", or the optimizer state (optimizer.safetensors) of the checkpoint this run resumed from, " +
+             resumed_from + ", which the run's first update applied";
+    return rate;
   };
   // Weights that give a non-finite loss stop the run unsaved, with every older checkpoint kept.
   auto fail_unsaved = [&](int64_t step, const std::string& what) {
     const auto kept = list_checkpoints(c.output_dir);
     fail(what, " after step ", step, ": not saved, and no older checkpoint deleted",
-         kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(), "; ", divergence_advice(false));
+         kept.empty() ? std::string() : "; the newest good checkpoint is " + kept.back(), "; ", divergence_advice(updates_finished));
   };
   // An update can leave every weight finite (1e20, say) and still make the forward overflow: before a
   // save the first validation batch goes through the weights, unless this step's evaluation has just
@@ -1065,7 +1072,6 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     }
     result.steps = done;
   };
-  int64_t updates_finished = 0;  // by this process
   auto finish_oldest = [&]() {
     const StepResult res = runner.collect();
     const Launched info = in_flight.front();
@@ -1076,20 +1082,20 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
     const bool first = updates_finished == 0;
     if (!std::isfinite(loss))
       fail("the loss is ", number_text(loss), " at step ", info.step, first ? ", before any update of this run" : "",
-           "; ", divergence_advice(first), diverged_from());
+           "; ", divergence_advice(updates_finished), diverged_from());
     // A finite loss with a non-finite gradient norm: the clip scale is nan, so this step's update has
     // made the weights non-finite, and the next loss would blame the learning rate.
     if (!std::isfinite(res.grad_norm))
       fail("the gradient norm is ", number_text(res.grad_norm), " at step ", info.step, " (loss ", loss, ")",
            first ? ", at the first update of this run (values near the float range overflow in the backward)" : "",
-           "; ", divergence_advice(first), diverged_from());
+           "; ", divergence_advice(updates_finished), diverged_from());
     // Exactly 0 with trained targets and a loss well above 0 (a memorised batch has both at 0): no
     // parameter gets any gradient, as when activations have overflowed and every output is the same
     // (RMSNorm's f32 sum of squares reaches infinity). Such a run went on "training" at a constant
     // loss, saving dead checkpoints over good ones.
     if (res.grad_norm == 0.0 && loss > 1e-3)
       fail("the gradient norm is 0 at step ", info.step, " (loss ", loss, "): no parameter gets any gradient, as when the "
-           "activations have overflowed and every output is the same; ", divergence_advice(first), diverged_from());
+           "activations have overflowed and every output is the same; ", divergence_advice(updates_finished), diverged_from());
     ++updates_finished;
     rotate_now();  // this step trained on the newest checkpoint's weights, soundly
     updates_done = info.update;
