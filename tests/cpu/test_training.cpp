@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <set>
 #include <sstream>
@@ -152,6 +153,25 @@ class Training : public ::testing::Test {
   void run_chat_sft(const std::string& tokenizer, const std::string& model_type, int vocab);
   std::string root, data;
 };
+
+// Writes value(k) over every element k of the F32 tensor `name` in the safetensors file `path`, in
+// place (damaged weights or moments for the divergence tests).
+void overwrite_f32_tensor(const std::string& path, const std::string& name, const std::function<float(uint64_t)>& value) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  f.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_bytes));
+  const auto entry = nlohmann::json::parse(header).at(name);
+  ASSERT_EQ(entry.at("dtype"), "F32") << path << " " << name;
+  const uint64_t begin = entry.at("data_offsets")[0].get<uint64_t>(), end = entry.at("data_offsets")[1].get<uint64_t>();
+  f.seekp(static_cast<std::streamoff>(8 + header_bytes + begin));
+  for (uint64_t k = 0; k < (end - begin) / 4; ++k) {
+    const float v = value(k);
+    f.write(reinterpret_cast<const char*>(&v), 4);
+  }
+  ASSERT_TRUE(f.good()) << path;
+}
 
 }  // namespace
 
@@ -1410,19 +1430,8 @@ TEST_F(Training, NonFiniteGradientNormIsNamedAtItsStep) {
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 1, 0), "run", "--set eval_steps=0", &out)) << out;
   const std::string model = root + "/run/checkpoint-1";
-  {
-    std::fstream f(model + "/model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_bytes = 0;
-    f.read(reinterpret_cast<char*>(&header_bytes), 8);
-    std::string header(header_bytes, '\0');
-    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
-    const auto offsets = nlohmann::json::parse(header).at("model.embed_tokens.weight").at("data_offsets");
-    f.seekp(static_cast<std::streamoff>(8 + header_bytes + offsets[0].get<uint64_t>()));
-    for (uint64_t i = offsets[0].get<uint64_t>(); i < offsets[1].get<uint64_t>(); i += 4) {
-      const float huge = (i / 4) % 2 ? 3e38f : -3e38f;
-      f.write(reinterpret_cast<const char*>(&huge), 4);
-    }
-  }
+  overwrite_f32_tensor(model + "/model.safetensors", "model.embed_tokens.weight",
+                       [](uint64_t k) { return k % 2 ? 3e38f : -3e38f; });
   const std::string tiny = tiny_config(data, root + "/ft", 3, 0);
   EXPECT_NE(0, train("model: " + model + "\n" + tiny.substr(tiny.find("train_data:")), "ft", "--set eval_steps=0", &out));
   EXPECT_NE(out.find("nan at step 1 (loss "), std::string::npos) << out;
@@ -1437,20 +1446,7 @@ TEST_F(Training, DivergenceAfterTheFirstResumedUpdateNamesTheCheckpointsOptimize
   std::string out;
   ASSERT_EQ(0, train(tiny_config(data, root + "/run", 2, 2), "run", "--set eval_steps=0", &out)) << out;
   const std::string ckpt = root + "/run/checkpoint-2";
-  {
-    std::fstream f(ckpt + "/optimizer.safetensors", std::ios::in | std::ios::out | std::ios::binary);
-    uint64_t header_bytes = 0;
-    f.read(reinterpret_cast<char*>(&header_bytes), 8);
-    std::string header(header_bytes, '\0');
-    f.read(header.data(), static_cast<std::streamsize>(header_bytes));
-    const auto entry = nlohmann::json::parse(header).at("exp_avg");
-    ASSERT_EQ(entry.at("dtype"), "F32");
-    const auto offsets = entry.at("data_offsets");
-    f.seekp(static_cast<std::streamoff>(8 + header_bytes + offsets[0].get<uint64_t>()));
-    const float absurd = 1e38f;
-    for (uint64_t i = offsets[0].get<uint64_t>(); i < offsets[1].get<uint64_t>(); i += 4)
-      f.write(reinterpret_cast<const char*>(&absurd), 4);
-  }
+  overwrite_f32_tensor(ckpt + "/optimizer.safetensors", "exp_avg", [](uint64_t) { return 1e38f; });
   EXPECT_NE(0, train(tiny_config(data, root + "/run", 4, 2), "run", "--resume --set eval_steps=0", &out));
   EXPECT_NE(out.find("at step 4"), std::string::npos) << out;
   EXPECT_NE(out.find("; lower learning_rate or max_grad_norm, or check the data, or the optimizer state "
