@@ -128,7 +128,7 @@ BenchResult run_bench(const BenchOptions& o, std::ostream& out, std::ostream& lo
                         ? "try a smaller --micro-batch or --seq, --recompute elementwise or block, --no-master-weights, "
                           "or --grad-dtype / --optimizer-state-dtype bf16"
                         : "try a smaller --micro-batch or --seq, or --recompute elementwise or block",
-                    state_hint(recipe, true));
+                    parameter_state_hint(recipe, true));
   Transformer model(config, recipe, ctx, B, T, o.logits_chunk_tokens, recompute);
   model.init_random(1);
   AdamWConfig adam;

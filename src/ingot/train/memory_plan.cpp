@@ -215,7 +215,7 @@ AttentionWorkspaceRange attention_workspace_range(const TrainingMemory& memory) 
   return range;
 }
 
-std::string state_hint(const Recipe& recipe, bool cli_flags) {
+std::string parameter_state_hint(const Recipe& recipe, bool cli_flags) {
   std::vector<std::string> options;
   if (recipe.name == "bf16") {
     if (recipe.master_weights) options.push_back(cli_flags ? "--no-master-weights" : "master_weights: false");

@@ -62,6 +62,6 @@ void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const s
 // The state_hint for a run on `recipe`: the bf16 recipe's options it has not taken that shrink the
 // per-parameter state, as config keys ("set master_weights: false, ...") or, with cli_flags, as
 // bench's flags; then a smaller model.
-std::string state_hint(const Recipe& recipe, bool cli_flags);
+std::string parameter_state_hint(const Recipe& recipe, bool cli_flags);
 
 }  // namespace ingot

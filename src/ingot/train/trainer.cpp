@@ -749,7 +749,7 @@ TrainResult run_training(const TrainConfig& config, const TrainOptions& options,
                         ? "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block, "
                           "master_weights: false, grad_dtype: bf16 or optimizer_state_dtype: bf16"
                         : "reduce micro_batch_size or sequence_len, or set recompute: elementwise or block",
-                    state_hint(recipe, false));
+                    parameter_state_hint(recipe, false));
 
   Transformer model(model_config, recipe, ctx, B, T, c.logits_chunk_tokens, recompute);
   if (!c.model.empty()) io::load_hf_weights(ctx, c.model, model.entries(), model.weights());
