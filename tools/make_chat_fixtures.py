@@ -273,7 +273,9 @@ def train_chatml_tokenizer(out_dir):
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=specials, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
+    # Blank lines too, so that "\n\n" becomes a token as in Qwen's vocabulary: the header's newline
+    # and an answer's first one then merge into one trained token (answer_starts_with_newline).
+    tok.train_from_iterator(CORPUS.splitlines(keepends=True) + ["\n\n"] * 20, trainer)
     os.makedirs(out_dir, exist_ok=True)
     tok.save(os.path.join(out_dir, "tokenizer.json"))
     write_json(os.path.join(out_dir, "tokenizer_config.json"), {
