@@ -240,12 +240,11 @@ void check_memory_fits(const TrainingMemory& memory, const Context& ctx, const s
   // A smaller batch cannot help where the per-parameter state alone does not fit: the advice to
   // shrink it sent users after a batch of 1 x 1.
   const int64_t state = memory.params + memory.grads + memory.master + memory.optimizer;
-  if (state > available)
-    fail("the run needs ", format_bytes(memory.total()), " (", memory.summary(), ") but only ", format_bytes(available),
-         " is available on ", device_description, "; the weights, gradients and optimizer state alone take ",
-         format_bytes(state), ", so no smaller batch fits: ", state_hint);
   fail("the run needs ", format_bytes(memory.total()), " (", memory.summary(), ") but only ", format_bytes(available),
-       " is available on ", device_description, "; ", hint);
+       " is available on ", device_description, "; ",
+       state > available ? "the weights, gradients and optimizer state alone take " + format_bytes(state) +
+                               ", so no smaller batch fits: " + state_hint
+                         : hint);
 }
 
 }  // namespace ingot
