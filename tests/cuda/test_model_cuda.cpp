@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "ingot/core/arena.h"
@@ -189,18 +188,14 @@ struct ModelOutputs {
 ModelOutputs run_model(Context& ctx, const ModelConfig& config, const Recipe& recipe, const std::vector<double>& weights,
                        int64_t chunk_tokens, const test::FixtureBatch& f) {
   Transformer model(config, recipe, ctx, f.B, f.T, chunk_tokens);
-  const Tensor w = model.weights();
-  std::vector<char> raw(static_cast<size_t>(w.bytes()));
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const float v = static_cast<float>(weights[i]);
-    if (w.dtype == DType::f32) {
-      std::memcpy(raw.data() + i * 4, &v, 4);
-    } else {
-      const uint16_t h = f32_to_bf16(v);
-      std::memcpy(raw.data() + i * 2, &h, 2);
-    }
+  const std::vector<float> values(weights.begin(), weights.end());
+  if (model.weights().dtype == DType::f32) {
+    copy_from_host(ctx, model.weights(), values.data());
+  } else {
+    std::vector<uint16_t> bits(values.size());
+    std::transform(values.begin(), values.end(), bits.begin(), f32_to_bf16);
+    copy_from_host(ctx, model.weights(), bits.data());
   }
-  copy_from_host(ctx, w, raw.data());
   ops::zero(ctx, model.grads());
   model.load_batch({f.input_ids.data(), f.targets.data(), f.positions.data(), nullptr});
   ModelOutputs out;
