@@ -674,6 +674,7 @@ TEST_F(CudaOps, SwiGlu) {
 // ---- cross-entropy ----------------------------------------------------------------------------
 
 // V = 515 takes the scalar path; 128256 (Llama 3) and 151936 (Qwen) are the real LM-head widths.
+// bf16 and f32 logits, each against the CPU on the values the GPU holds.
 TEST_F(CudaOps, CrossEntropy) {
   // N = 2200 rows: more than the grid's blocks, so blocks loop over rows.
   for (auto [V, N] : {std::pair<int64_t, int64_t>{1000, 40}, {515, 40}, {32768, 40}, {128256, 40}, {151936, 40},
@@ -684,30 +685,33 @@ TEST_F(CudaOps, CrossEntropy) {
     for (int64_t n = 0; n < N; n += 7) targets[n] = ops::kIgnoreIndex;
     targets[3] = int32_t(V - 1);  // the row's last element
     targets[5] = 0;
-    HostI32 ct(targets, {N});
-    HostF32 cl(logits, {N, V}), closs(Floats(N), {N}), cd(Floats(N * V), {N, V});
-    ops::cross_entropy(cpu, closs.t, cd.t, cl.t, ct.t, scale);
     Tensor gt = upload_i32(targets, {N});
-    const std::string tag = " V=" + std::to_string(V) + " N=" + std::to_string(N);
-    {  // separate dlogits
-      Tensor gl = upload(logits, DType::bf16, {N, V});
-      Tensor gloss = poisoned(DType::f32, {N}), gd = poisoned(DType::bf16, {N, V});
-      ops::cross_entropy(gpu, gloss, gd, gl, gt, scale);
-      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy losses" + tag));
-      EXPECT_TRUE(close(download(gd), cd.v, kTolBf16, "cross_entropy dlogits" + tag));
-    }
-    {  // dlogits aliasing logits
-      Tensor gl = upload(logits, DType::bf16, {N, V});
-      Tensor gloss = poisoned(DType::f32, {N});
-      ops::cross_entropy(gpu, gloss, gl, gl, gt, scale);
-      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy in place losses" + tag));
-      EXPECT_TRUE(close(download(gl), cd.v, kTolBf16, "cross_entropy in place dlogits" + tag));
-    }
-    {  // loss only
-      Tensor gl = upload(logits, DType::bf16, {N, V});
-      Tensor gloss = poisoned(DType::f32, {N});
-      ops::cross_entropy(gpu, gloss, Tensor{}, gl, gt, scale);
-      EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy loss only" + tag));
+    for (const DType dtype : {DType::bf16, DType::f32}) {
+      HostI32 ct(targets, {N});
+      HostF32 cl(download(upload(logits, dtype, {N, V})), {N, V}), closs(Floats(N), {N}), cd(Floats(N * V), {N, V});
+      ops::cross_entropy(cpu, closs.t, cd.t, cl.t, ct.t, scale);
+      const double tol_d = dtype == DType::f32 ? kTolF32 : kTolBf16;
+      const std::string tag = " V=" + std::to_string(V) + " N=" + std::to_string(N) + " " + std::string(dtype_name(dtype));
+      {  // separate dlogits
+        Tensor gl = upload(logits, dtype, {N, V});
+        Tensor gloss = poisoned(DType::f32, {N}), gd = poisoned(dtype, {N, V});
+        ops::cross_entropy(gpu, gloss, gd, gl, gt, scale);
+        EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy losses" + tag));
+        EXPECT_TRUE(close(download(gd), cd.v, tol_d, "cross_entropy dlogits" + tag));
+      }
+      {  // dlogits aliasing logits
+        Tensor gl = upload(logits, dtype, {N, V});
+        Tensor gloss = poisoned(DType::f32, {N});
+        ops::cross_entropy(gpu, gloss, gl, gl, gt, scale);
+        EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy in place losses" + tag));
+        EXPECT_TRUE(close(download(gl), cd.v, tol_d, "cross_entropy in place dlogits" + tag));
+      }
+      {  // loss only
+        Tensor gl = upload(logits, dtype, {N, V});
+        Tensor gloss = poisoned(DType::f32, {N});
+        ops::cross_entropy(gpu, gloss, Tensor{}, gl, gt, scale);
+        EXPECT_TRUE(close(download(gloss), closs.v, kTolStat, "cross_entropy loss only" + tag));
+      }
     }
   }
 }
