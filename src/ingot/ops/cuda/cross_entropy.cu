@@ -3,9 +3,10 @@
 // ignored targets zeroed; dlogits may alias logits.
 // Invariants:
 //   - One block per row (grid-stride). Pass 1 keeps an online (max, sum of exp) per thread over the
-//     row, merged by a fixed tree; pass 2 re-reads the row (from L2: a 150k-vocab bf16 row is
-//     300 KB) and writes dlogits. In-place is safe: each element is read then written by the same
-//     thread, after the block has finished pass 1.
+//     row, merged by a fixed tree; pass 2 re-reads the row and writes dlogits. Reading a row once,
+//     split over a thread-block cluster, measured slower (docs/perf.md, optimisation log). In-place
+//     is safe: each element is read then written by the same thread, after the block has finished
+//     pass 1.
 //   - A target outside [0, V) that is not kIgnoreIndex gives a NaN loss (a kernel cannot throw).
 #include <cmath>
 
