@@ -31,6 +31,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import torch
+    import transformers
     from transformers import AutoModelForCausalLM
 
     try:
@@ -67,7 +68,7 @@ def main() -> int:
     same = 0
     while same < min(len(hf_text), len(ingot_text)) and hf_text[same] == ingot_text[same]:
         same += 1
-    print(f"transformers {__import__('transformers').__version__}, torch {torch.__version__}, "
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, "
           f"{'byte-level' if byte_level else 'tokenizer.json'} model, {len(new_tokens)} new tokens")
     print(f"transformers: {hf_text!r}")
     print(f"ingot:        {ingot_text!r}")

@@ -686,8 +686,8 @@ TEST_F(CudaOps, CrossEntropy) {
     targets[3] = int32_t(V - 1);  // the row's last element
     targets[5] = 0;
     Tensor gt = upload_i32(targets, {N});
+    HostI32 ct(targets, {N});
     for (const DType dtype : {DType::bf16, DType::f32}) {
-      HostI32 ct(targets, {N});
       HostF32 cl(download(upload(logits, dtype, {N, V})), {N, V}), closs(Floats(N), {N}), cd(Floats(N * V), {N, V});
       ops::cross_entropy(cpu, closs.t, cd.t, cl.t, ct.t, scale);
       const double tol_d = dtype == DType::f32 ? kTolF32 : kTolBf16;

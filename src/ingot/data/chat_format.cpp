@@ -635,8 +635,9 @@ ChatFormat load_chat_format(const std::string& path, const std::string& chat_for
       fail("chat format: ", source, ": the chat_template named \"default\" is not a string (", kSupported, ")");
     tmpl = text->get<std::string>();
     if (tmpl.empty()) fail("chat format: ", source, ": the chat_template named \"default\" is empty (", kSupported, ")");
+  } else {
+    fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
   }
-  if (tmpl.empty()) fail("chat format: ", source, ": chat_template is not a string (", kSupported, ")");
   ChatFormat format = chat_format_from_template(tmpl, config_bos_token(c.json, c.file.string()), source);
   const uint64_t hash = chat_template_hash(tmpl);
   const bool checked = std::any_of(std::begin(kCheckedTemplates), std::end(kCheckedTemplates),
